@@ -73,6 +73,11 @@ class PrefixCache(ABC):
         `(request.num_tokens - 1) // block_size` whole blocks. Must not change ref counts
         (the scheduler may walk away); restructuring (a radix split) is allowed."""
 
+    def hit_is_valid(self, request: Request, block_ids: list[int]) -> bool:
+        """Whether a `match` result still holds (nothing evicted it since). The manager
+        refuses (returns None from allocate_slots) a stale hit instead of using it."""
+        return True
+
     @property
     @abstractmethod
     def num_free_blocks(self) -> int:
@@ -171,11 +176,15 @@ def register_prefix_cache(name: str, cls: type[PrefixCache]) -> None:
     PREFIX_CACHES[name] = cls
 
 
-def make_prefix_cache(name: str, pool: BlockPool, config: PrefixCacheConfig) -> PrefixCache:
+def prefix_cache_names() -> list[str]:
     # Import the built-in caches lazily so each module can register itself without cycles.
     for module in ("hash_prefix_cache", "radix_prefix_cache"):
         if importlib.util.find_spec(f"prefixserve.kv_cache.{module}") is not None:
             importlib.import_module(f"prefixserve.kv_cache.{module}")
-    if name not in PREFIX_CACHES:
+    return sorted(PREFIX_CACHES)
+
+
+def make_prefix_cache(name: str, pool: BlockPool, config: PrefixCacheConfig) -> PrefixCache:
+    if name not in prefix_cache_names():
         raise ValueError(f"prefix_cache must be one of {sorted(PREFIX_CACHES)}, got {name!r}")
     return PREFIX_CACHES[name](pool, config)
