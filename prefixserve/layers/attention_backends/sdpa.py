@@ -1,0 +1,176 @@
+"""SdpaBackend: paged attention through torch's scaled_dot_product_attention.
+
+The step's sequences split three ways, each with as little data movement as possible:
+
+- fresh prefill (query_len == seq_len): the step's own K/V are the whole context, so SDPA
+  runs on them directly with is_causal, no gather;
+- prefill after cached tokens (1 < query_len < seq_len): gather the sequence's K/V slots
+  (block-table order) and run SDPA with a causal mask offset by seq_len - query_len;
+- decode (query_len == 1): all decodes at once, K/V gathered into one padded batch
+  [num_decodes, max_len] and one masked SDPA, with the query heads grouped per KV head.
+
+The gather indices and masks are built once per step in `build_plan` (tensor ops on the
+metadata's device, no host syncs) and shared by every layer. Works on any device SDPA does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from prefixserve.layers.attention_backends.base import AttentionBackend
+from prefixserve.layers.attention_metadata import AttentionMetadata
+
+
+@dataclass
+class _Prefill:
+    start: int  # first query row
+    end: int
+    kv_slots: torch.Tensor | None  # [seq_len] flat slots; None for a fresh prefill
+    mask: torch.Tensor | None  # [query_len, seq_len] bool, True = attend
+
+
+@dataclass
+class _Decodes:
+    rows: torch.Tensor | None  # [num_decodes] query rows; None when every row is a decode
+    kv_slots: torch.Tensor  # [num_decodes * max_len] flat slots, padding points at slot 0..
+    mask: torch.Tensor  # [num_decodes, 1, 1, max_len] bool
+    max_len: int
+
+
+@dataclass
+class SdpaPlan:
+    prefills: list[_Prefill]
+    decodes: _Decodes | None
+
+
+def _token_slots(
+    block_tables: torch.Tensor, positions: torch.Tensor, block_size: int
+) -> torch.Tensor:
+    """Flat slots of `positions` [n, L] (or [L]) through `block_tables` [n, width] (or [width])."""
+    blocks = block_tables.gather(-1, torch.div(positions, block_size, rounding_mode="floor"))
+    return blocks * block_size + positions % block_size
+
+
+class SdpaBackend(AttentionBackend):
+    name = "sdpa"
+
+    def build_plan(self, md: AttentionMetadata) -> SdpaPlan:
+        device = md.block_tables.device
+        prefills: list[_Prefill] = []
+        decode_seqs: list[int] = []
+        decode_rows: list[int] = []
+        start = 0
+        for i, (q_len, seq_len) in enumerate(zip(md.query_lens_list, md.seq_lens_list)):
+            if q_len == 1:
+                decode_seqs.append(i)
+                decode_rows.append(start)
+            elif q_len == seq_len:
+                prefills.append(_Prefill(start, start + q_len, None, None))
+            else:
+                pos = torch.arange(seq_len, device=device)
+                slots = _token_slots(md.block_tables[i], pos, md.block_size)
+                q_pos = torch.arange(seq_len - q_len, seq_len, device=device)
+                mask = pos[None, :] <= q_pos[:, None]
+                prefills.append(_Prefill(start, start + q_len, slots, mask))
+            start += q_len
+        decodes = None
+        if decode_seqs:
+            decodes = self._plan_decodes(md, decode_seqs, decode_rows, start)
+        return SdpaPlan(prefills, decodes)
+
+    @staticmethod
+    def _plan_decodes(
+        md: AttentionMetadata, seqs: list[int], rows: list[int], num_tokens: int
+    ) -> _Decodes:
+        device = md.block_tables.device
+        max_len = max(md.seq_lens_list[i] for i in seqs)
+        everything = len(seqs) == num_tokens
+        if everything:
+            tables, seq_lens, row_index = md.block_tables, md.seq_lens, None
+        else:
+            index = torch.tensor(seqs, dtype=torch.int64, device=device)
+            tables, seq_lens = md.block_tables[index], md.seq_lens[index]
+            row_index = torch.tensor(rows, dtype=torch.int64, device=device)
+        pos = torch.arange(max_len, device=device).expand(len(seqs), max_len)
+        slots = _token_slots(tables, pos.contiguous(), md.block_size)
+        mask = (pos < seq_lens[:, None])[:, None, None, :]
+        return _Decodes(row_index, slots.reshape(-1), mask, max_len)
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        key_cache: torch.Tensor,
+        value_cache: torch.Tensor,
+        md: AttentionMetadata,
+        scale: float,
+    ) -> torch.Tensor:
+        plan: SdpaPlan = self.plan(md)
+        num_kv_heads, head_dim = key_cache.shape[-2:]
+        flat_k = key_cache.view(-1, num_kv_heads, head_dim)
+        flat_v = value_cache.view(-1, num_kv_heads, head_dim)
+        if len(plan.prefills) == 1 and plan.decodes is None and plan.prefills[0].kv_slots is None:
+            return self._fresh_prefill(q, k, v, scale)  # the common long-prompt case, no copy
+        out = torch.empty_like(q)
+        for p in plan.prefills:
+            if p.kv_slots is None:
+                out[p.start : p.end] = self._fresh_prefill(
+                    q[p.start : p.end], k[p.start : p.end], v[p.start : p.end], scale)
+            else:
+                keys = flat_k.index_select(0, p.kv_slots)
+                values = flat_v.index_select(0, p.kv_slots)
+                out[p.start : p.end] = _sdpa(q[p.start : p.end], keys, values, p.mask, False, scale)
+        if plan.decodes is not None:
+            d = plan.decodes
+            rows = q if d.rows is None else q.index_select(0, d.rows)
+            result = self._decode(rows, flat_k, flat_v, d, scale)
+            if d.rows is None:
+                return result
+            out.index_copy_(0, d.rows, result)
+        return out
+
+    @staticmethod
+    def _fresh_prefill(
+        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
+    ) -> torch.Tensor:
+        return _sdpa(q, k, v, None, True, scale)
+
+    @staticmethod
+    def _decode(
+        q: torch.Tensor, flat_k: torch.Tensor, flat_v: torch.Tensor, d: _Decodes, scale: float
+    ) -> torch.Tensor:
+        n, num_heads, head_dim = q.shape
+        num_kv_heads = flat_k.shape[1]
+        # [n, max_len, kv_heads, head_dim] -> [n, kv_heads, max_len, head_dim]
+        keys = flat_k.index_select(0, d.kv_slots).view(n, d.max_len, num_kv_heads, head_dim)
+        values = flat_v.index_select(0, d.kv_slots).view(n, d.max_len, num_kv_heads, head_dim)
+        # Query heads h*G .. h*G+G-1 share KV head h: attend them as G "query positions".
+        grouped = q.view(n, num_kv_heads, num_heads // num_kv_heads, head_dim)
+        out = F.scaled_dot_product_attention(
+            grouped, keys.transpose(1, 2), values.transpose(1, 2), attn_mask=d.mask, scale=scale)
+        return out.reshape(n, num_heads, head_dim)
+
+
+def _sdpa(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    causal: bool,
+    scale: float,
+) -> torch.Tensor:
+    """One sequence: q [q_len, H, D], k/v [kv_len, H_kv, D] -> [q_len, H, D]."""
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1).unsqueeze(0),
+        k.transpose(0, 1).unsqueeze(0),
+        v.transpose(0, 1).unsqueeze(0),
+        attn_mask=mask,
+        is_causal=causal,
+        scale=scale,
+        enable_gqa=q.shape[1] != k.shape[1],
+    )
+    return out.squeeze(0).transpose(0, 1)
