@@ -41,7 +41,7 @@ class LLMEngine:
         self.kv_cache = KVCacheManager(
             num_blocks=num_blocks, block_size=cache.block_size, enable_caching=cache.enable_prefix_caching,
             prefix_cache=cache.prefix_cache, hash_algo=cache.hash_algo, eviction_policy=cache.eviction_policy,
-            hash_seed=cache.hash_seed)
+            hash_seed=cache.hash_seed, enable_kv_events=True)
         self.scheduler = Scheduler(config.scheduler, self.kv_cache, self.max_model_len)
         self.outputs = OutputProcessor(self.tokenizer)
         self._ids = itertools.count()
@@ -146,7 +146,7 @@ class LLMEngine:
         return results
 
     def cache_stats(self) -> dict[str, Any]:
-        stats = dict(self.kv_cache.stats())
+        stats = self.kv_cache.stats.to_dict()
         stats.update(num_running=self.scheduler.num_running, num_waiting=self.scheduler.num_waiting,
                      num_preemptions=self.scheduler.num_preemptions, kv_cache_usage=self.kv_cache.usage())
         return stats

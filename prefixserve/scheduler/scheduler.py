@@ -132,7 +132,7 @@ class Scheduler:
         return 0
 
     def _cached_prefix_len(self, req: Request) -> int:
-        return self.kv_cache.peek_computed_tokens(req)
+        return self.kv_cache.get_computed_blocks(req).num_tokens
 
     def _preempt(self, req: Request) -> None:
         self.kv_cache.free(req)

@@ -14,15 +14,15 @@ class ScheduledChunk:
     request: Request
     start: int
     num_tokens: int
+    # The chunk reaches the request's last known token, so its logits pick the next one.
+    samples: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "samples", self.end == self.request.num_tokens)
 
     @property
     def end(self) -> int:
         return self.start + self.num_tokens
-
-    @property
-    def samples(self) -> bool:
-        """The chunk reaches the request's last known token, so its logits pick the next one."""
-        return self.end == self.request.num_tokens
 
 
 @dataclass
