@@ -30,6 +30,7 @@ class LLMEngine:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
         checkpoint = load_checkpoint(config.model)
+        self.checkpoint_path = checkpoint.path
         self.model_config = checkpoint.config
         self.tokenizer = checkpoint.tokenizer
         self.max_model_len = self._max_model_len(config)
