@@ -174,3 +174,24 @@ def test_load_weights_rejects_unknown_tensor() -> None:
     weights = list(hf.state_dict().items()) + [("model.layers.0.mystery.weight", torch.zeros(2))]
     with pytest.raises(ValueError, match="mystery"):
         ours.load_weights(weights)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_model_runs_on_cuda_and_matches_transformers() -> None:
+    hf, ours = make_pair("qwen3")
+    cuda = torch.device("cuda")
+    config = ours.config
+    model = build_model(config, torch.float32, cuda)
+    model.load_weights(hf.state_dict().items())
+    tokens = random_tokens(33, seed=5)
+    shape = (16, BLOCK_SIZE, config.num_key_value_heads, config.head_dim)
+    kv = [(torch.zeros(shape, device=cuda), torch.zeros(shape, device=cuda)) for _ in range(2)]
+    table = [11, 3, 7, 0, 14, 5, 9, 1, 12]
+    md = AttentionMetadata.build([20], [20], [table], BLOCK_SIZE, device=cuda)
+    with torch.inference_mode():
+        model(torch.tensor(tokens[:20], device=cuda), md.positions(cuda), md, kv)
+        md = AttentionMetadata.build([13], [33], [table], BLOCK_SIZE, device=cuda)
+        hidden = model(torch.tensor(tokens[20:], device=cuda), md.positions(cuda), md, kv)
+        logits = model.compute_logits(hidden).cpu()
+    torch.testing.assert_close(logits, hf_logits(hf, tokens)[20:], atol=2e-3, rtol=2e-3)
