@@ -9,16 +9,19 @@ and the Q/K row permutation llama.cpp's converter applies to llama-arch models i
 so the result equals the original HF weights (up to quantization). The output loads in
 `transformers` as well as in prefixserve.
 
-This module knows GGUF metadata and tensor naming only; caching and where the output
-directory lives are `checkpoint.py`'s business. `output_dir` is written in place: callers
-pass a fresh temporary directory and rename it when done.
+This module knows GGUF metadata and tensor naming only; where the output directory lives
+is the caller's business. `convert_gguf_atomically` writes a temp dir and renames it, so a
+killed process never leaves a half-written checkpoint.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +106,22 @@ def convert_gguf(gguf_path: str | Path, output_dir: str | Path) -> None:
     _write_json(out / "config.json", config)
     generation = {k: config[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id") if k in config}
     _write_json(out / "generation_config.json", generation)
+
+
+def convert_gguf_atomically(gguf_path: Path, target: Path) -> None:
+    """Convert into a temp dir beside `target` and rename it into place: a killed process
+    leaves no half-written checkpoint, and a concurrent converter's result is kept."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    os.chmod(tmp, 0o755)  # mkdtemp makes it owner-only
+    try:
+        convert_gguf(gguf_path, tmp)
+        os.rename(tmp, target)
+    except OSError:
+        if not target.is_dir():
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _hf_tensors(reader: GGUFReader, meta: dict[str, Any], arch: str,
