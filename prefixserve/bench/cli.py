@@ -30,31 +30,60 @@ def option_dest(workload: str, name: str) -> str:
 
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--base-url", default="http://127.0.0.1:8000",
-                        help="server root or its /v1 URL (default: %(default)s)")
-    parser.add_argument("--workload", choices=list(WORKLOADS), default="few-shot",
-                        help="default: %(default)s")
+    parser.add_argument(
+        "--base-url",
+        default="http://127.0.0.1:8000",
+        help="server root or its /v1 URL (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--workload", choices=list(WORKLOADS), default="few-shot", help="default: %(default)s"
+    )
     parser.add_argument("--num-requests", type=int, default=32, help="default: %(default)s")
     load = parser.add_mutually_exclusive_group()
-    load.add_argument("--concurrency", type=int, default=None,
-                      help="requests in flight at once (default 4 unless --request-rate)")
-    load.add_argument("--request-rate", type=float, default=None,
-                      help="Poisson arrivals, requests per second, no concurrency cap")
+    load.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="requests in flight at once (default 4 unless --request-rate)",
+    )
+    load.add_argument(
+        "--request-rate",
+        type=float,
+        default=None,
+        help="Poisson arrivals, requests per second, no concurrency cap",
+    )
     parser.add_argument("--max-tokens", type=int, default=16, help="default: %(default)s")
     parser.add_argument("--seed", type=int, default=0, help="default: %(default)s")
     parser.add_argument("--model", default=None, help="default: the first of GET /v1/models")
-    parser.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"),
-                        help="bearer token (default: $OPENAI_API_KEY)")
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("OPENAI_API_KEY"),
+        help="bearer token (default: $OPENAI_API_KEY)",
+    )
     parser.add_argument("--out", default=None, help="write the full JSON report here")
     parser.add_argument("--plot", default=None, metavar="DIR", help="write PNG plots into DIR")
-    parser.add_argument("--compare", nargs="+", default=None, metavar="JSON",
-                        help="print saved reports side by side instead of running")
-    parser.add_argument("--chat", action="store_true",
-                        help="send every prompt to /v1/chat/completions as one user message")
-    parser.add_argument("--no-usage", action="store_true",
-                        help="do not send stream_options.include_usage (for servers that reject it)")
-    parser.add_argument("--ignore-eos", action="store_true",
-                        help="send ignore_eos=true (vLLM/SGLang extension) for fixed output lengths")
+    parser.add_argument(
+        "--compare",
+        nargs="+",
+        default=None,
+        metavar="JSON",
+        help="print saved reports side by side instead of running",
+    )
+    parser.add_argument(
+        "--chat",
+        action="store_true",
+        help="send every prompt to /v1/chat/completions as one user message",
+    )
+    parser.add_argument(
+        "--no-usage",
+        action="store_true",
+        help="do not send stream_options.include_usage (for servers that reject it)",
+    )
+    parser.add_argument(
+        "--ignore-eos",
+        action="store_true",
+        help="send ignore_eos=true (vLLM/SGLang extension) for fixed output lengths",
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="per request, seconds")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     for name, cls in WORKLOADS.items():
@@ -63,8 +92,13 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
             flag = f"--{name}-{field.replace('_', '-')}"
             dest = option_dest(name, field)
             if isinstance(default, bool):
-                group.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction,
-                                   default=default, help=help_text)
+                group.add_argument(
+                    flag,
+                    dest=dest,
+                    action=argparse.BooleanOptionalAction,
+                    default=default,
+                    help=help_text,
+                )
             else:
                 metavar = "N" if isinstance(default, int) else "X"
                 group.add_argument(flag, dest=dest, type=type(default), default=default,

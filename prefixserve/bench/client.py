@@ -116,7 +116,9 @@ class OpenAIClient:
 
     async def send(self, spec: RequestSpec, index: int, run_start: float) -> RequestResult:
         """Send `spec`, stream the answer; never raises for server or network errors."""
-        result = RequestResult(request_id=spec.request_id, index=index, group=spec.group, turn=spec.turn)
+        result = RequestResult(
+            request_id=spec.request_id, index=index, group=spec.group, turn=spec.turn
+        )
         path, body = self.payload(spec)
         start = time.perf_counter()
         result.start_s = start - run_start

@@ -25,7 +25,7 @@ def ok_records(report: dict[str, Any]) -> list[dict[str, Any]]:
 
 def plot_ttft_cdf(reports: Sequence[dict[str, Any]], labels: Sequence[str], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
-    for report, label in zip(reports, labels):
+    for report, label in zip(reports, labels, strict=True):
         ttft = np.sort([r["ttft_s"] * 1000 for r in ok_records(report) if r["ttft_s"] is not None])
         if len(ttft):
             ax.step(ttft, np.arange(1, len(ttft) + 1) / len(ttft), where="post", label=label)
@@ -38,11 +38,11 @@ def plot_ttft_cdf(reports: Sequence[dict[str, Any]], labels: Sequence[str], path
 
 def plot_cached_ratio(reports: Sequence[dict[str, Any]], labels: Sequence[str], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
-    for report, label in zip(reports, labels):
+    for report, label in zip(reports, labels, strict=True):
         points = [(r["index"], r["cached_tokens"] / r["prompt_tokens"]) for r in ok_records(report)
                   if r["cached_tokens"] is not None and r["prompt_tokens"]]  # fmt: skip
         if points:
-            x, y = zip(*points)
+            x, y = zip(*points, strict=True)
             ax.plot(x, y, marker="o", markersize=3, linewidth=0.8, label=label)
     ax.set(xlabel="request index (dispatch order)", ylabel="cached / prompt tokens",
            ylim=(-0.02, 1.02), title="Prefix cache hits per request")  # fmt: skip
@@ -53,7 +53,7 @@ def plot_cached_ratio(reports: Sequence[dict[str, Any]], labels: Sequence[str], 
 
 def plot_turn_ttft(reports: Sequence[dict[str, Any]], labels: Sequence[str], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
-    for report, label in zip(reports, labels):
+    for report, label in zip(reports, labels, strict=True):
         by_turn: dict[int, list[float]] = defaultdict(list)
         for r in ok_records(report):
             if r["ttft_s"] is not None:
@@ -72,7 +72,9 @@ def save(fig: Any, path: Path) -> None:
     plt.close(fig)
 
 
-def write_plots(reports: Sequence[dict[str, Any]], labels: Sequence[str], out_dir: str | Path) -> list[Path]:
+def write_plots(
+    reports: Sequence[dict[str, Any]], labels: Sequence[str], out_dir: str | Path
+) -> list[Path]:
     """Write the PNGs that apply to these reports into `out_dir`; returns their paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -135,7 +135,7 @@ def compare_table(reports: Sequence[dict[str, Any]], labels: Sequence[str]) -> s
     rows += [[name, *(format_value(lookup(r, key)) for r in reports)] for name, key in COMPARE_ROWS]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
-                       for i, (cell, w) in enumerate(zip(row, widths))) for row in rows]  # fmt: skip
+                       for i, (cell, w) in enumerate(zip(row, widths, strict=True))) for row in rows]  # fmt: skip
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 

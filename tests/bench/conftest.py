@@ -54,7 +54,7 @@ class FakeOpenAIServer:
         best = 0
         for old in self.seen:
             n = 0
-            for a, b in zip(old, tokens):
+            for a, b in zip(old, tokens, strict=False):
                 if a != b:
                     break
                 n += 1
@@ -112,13 +112,17 @@ class FakeOpenAIServer:
             media_type="text/event-stream",
         )
 
-    async def stream(self, body: dict[str, Any], chat: bool, usage: dict[str, Any] | None) -> AsyncIterator[str]:
+    async def stream(
+        self, body: dict[str, Any], chat: bool, usage: dict[str, Any] | None
+    ) -> AsyncIterator[str]:
         kind = "chat.completion.chunk" if chat else "text_completion"
         for step in range(body.get("max_tokens", 16)):
             await asyncio.sleep(self.token_delay_s)
             for i in range(body.get("n", 1)):
                 text = f" tok{i}_{step}"
-                choice = {"index": i, "delta": {"content": text}} if chat else {"index": i, "text": text}
+                choice = (
+                    {"index": i, "delta": {"content": text}} if chat else {"index": i, "text": text}
+                )
                 choice["finish_reason"] = None
                 yield f"data: {json.dumps({'object': kind, 'choices': [choice], 'usage': None})}\n\n"
         if usage is not None:
@@ -126,7 +130,9 @@ class FakeOpenAIServer:
         yield "data: [DONE]\n\n"
 
     def start(self) -> FakeOpenAIServer:
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+        config = uvicorn.Config(
+            self.app, host="127.0.0.1", port=0, log_level="warning", lifespan="off"
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()

@@ -26,7 +26,9 @@ def bench(base_url: str, workload: str, out: Path, *extra: str) -> tuple[int, di
     return code, json.loads(out.read_text()) if out.exists() else {}
 
 
-def test_few_shot_run_reports_every_field_and_cache_hits(bench_base_url: str, tmp_path: Path, capsys: Any) -> None:
+def test_few_shot_run_reports_every_field_and_cache_hits(
+    bench_base_url: str, tmp_path: Path, capsys: Any
+) -> None:
     code, report = bench(bench_base_url, "few-shot", tmp_path / "fs.json", "--concurrency", "1")
     assert code == 0
     assert SUMMARY_KEYS <= report.keys()
@@ -50,13 +52,17 @@ def test_random_workload_gets_no_cache_hits(bench_base_url: str, tmp_path: Path)
 
 
 @pytest.mark.parametrize("workload", ["self-consistency", "table-qa", "shared-prefix"])
-def test_static_sharing_workloads_hit_the_cache(bench_base_url: str, tmp_path: Path, workload: str) -> None:
+def test_static_sharing_workloads_hit_the_cache(
+    bench_base_url: str, tmp_path: Path, workload: str
+) -> None:
     code, report = bench(bench_base_url, workload, tmp_path / "r.json")
     assert code == 0 and report["errors"]["count"] == 0
     assert report["cached_token_ratio"] > 0.3
 
 
-def test_multi_turn_sends_the_real_answer_in_the_next_turn(make_fake_server: Any, tmp_path: Path) -> None:
+def test_multi_turn_sends_the_real_answer_in_the_next_turn(
+    make_fake_server: Any, tmp_path: Path
+) -> None:
     server = make_fake_server()
     code, report = bench(server.base_url, "multi-turn", tmp_path / "mt.json", "--concurrency", "3")
     assert code == 0 and report["completed"] == 12
@@ -87,7 +93,9 @@ def test_server_errors_are_reported_not_raised(make_fake_server: Any, tmp_path: 
     assert report["errors"]["messages"][0].startswith("HTTP 500: injected failure")
 
 
-def test_bad_request_errors_end_a_conversation_but_not_the_run(make_fake_server: Any, tmp_path: Path) -> None:
+def test_bad_request_errors_end_a_conversation_but_not_the_run(
+    make_fake_server: Any, tmp_path: Path
+) -> None:
     server = make_fake_server(fail_every=5, fail_status=400)
     code, report = bench(server.base_url, "multi-turn", tmp_path / "mt.json", "--concurrency", "2")
     assert code == 0
@@ -136,7 +144,9 @@ def test_self_consistency_n_field_counts_all_samples(make_fake_server: Any, tmp_
     assert report["tpot_ms"]["p50"] > 0
 
 
-def test_compare_prints_a_side_by_side_table(bench_base_url: str, tmp_path: Path, capsys: Any) -> None:
+def test_compare_prints_a_side_by_side_table(
+    bench_base_url: str, tmp_path: Path, capsys: Any
+) -> None:
     bench(bench_base_url, "few-shot", tmp_path / "few.json")
     bench(bench_base_url, "random", tmp_path / "rand.json")
     capsys.readouterr()

@@ -46,7 +46,7 @@ def test_few_shot_prompts_share_the_header_and_differ_after_it() -> None:
     specs = workload.start()
     assert header.count("Question:") == 8
     assert all(s.prompt.startswith(header) for s in specs)
-    assert len({s.prompt[len(header):] for s in specs}) == 10
+    assert len({s.prompt[len(header) :] for s in specs}) == 10
 
 
 def test_self_consistency_repeats_one_prompt() -> None:
@@ -57,7 +57,9 @@ def test_self_consistency_repeats_one_prompt() -> None:
 
 
 def test_self_consistency_with_n_field_sends_one_request_per_question() -> None:
-    specs = build_workload("self-consistency", num_requests=8, num_questions=2, use_n_field=True).start()
+    specs = build_workload(
+        "self-consistency", num_requests=8, num_questions=2, use_n_field=True
+    ).start()
     assert [s.n for s in specs] == [4, 4]
     assert specs[0].prompt != specs[1].prompt
 
@@ -76,7 +78,10 @@ def test_multi_turn_next_turn_extends_previous_turn_with_its_answer() -> None:
         parent = by_id[spec.parent_id]
         assert spec.turn == parent.turn + 1 and spec.group == parent.group
         assert spec.messages[: len(parent.messages)] == parent.messages
-        assert spec.messages[len(parent.messages)] == {"role": "assistant", "content": answer_of(parent)}
+        assert spec.messages[len(parent.messages)] == {
+            "role": "assistant",
+            "content": answer_of(parent),
+        }
         assert spec.prompt_text().startswith(parent.prompt_text())
 
 
@@ -149,7 +154,7 @@ def test_random_prompts_share_no_first_word() -> None:
     specs = build_workload("random", num_requests=200).start()
     first_words = [s.prompt.split()[0] for s in specs]
     assert len(set(first_words)) == 200
-    assert all(a.prompt != b.prompt for a, b in zip(specs, specs[1:]))
+    assert all(a.prompt != b.prompt for a, b in zip(specs, specs[1:], strict=False))
 
 
 def test_random_prompts_stay_distinct_beyond_the_word_list() -> None:

@@ -15,7 +15,15 @@ from prefixserve.bench.workloads.workload import RequestSpec, Workload, expand
 
 WORKLOADS: dict[str, type[Workload]] = {
     w.name: w
-    for w in (FewShot, SelfConsistency, MultiTurn, TreeOfThought, TableQA, SharedPrefix, RandomPrompts)
+    for w in (
+        FewShot,
+        SelfConsistency,
+        MultiTurn,
+        TreeOfThought,
+        TableQA,
+        SharedPrefix,
+        RandomPrompts,
+    )
 }
 
 

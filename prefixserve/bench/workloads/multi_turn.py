@@ -38,7 +38,9 @@ class MultiTurn(Workload):
         text = TextGenerator(f"{self.seed}-system-{key}").paragraph(self.system_words)
         return f"You are assistant {key}. {text}"
 
-    def spec(self, conv: int, turn: int, messages: list[dict[str, str]], parent: str | None) -> RequestSpec:
+    def spec(
+        self, conv: int, turn: int, messages: list[dict[str, str]], parent: str | None
+    ) -> RequestSpec:
         return RequestSpec(
             request_id=f"conv-{conv}-turn-{turn}",
             messages=messages,

@@ -16,8 +16,12 @@ from prefixserve.bench.workloads.workload import RequestSpec, Workload, option
 class SelfConsistency(Workload):
     name = "self-consistency"
     help = "one chain-of-thought question sampled n times"
-    num_questions: int = option(1, "different questions; samples per question = num_requests / this")
-    use_n_field: bool = option(False, "one request per question with n=samples instead of n requests")
+    num_questions: int = option(
+        1, "different questions; samples per question = num_requests / this"
+    )
+    use_n_field: bool = option(
+        False, "one request per question with n=samples instead of n requests"
+    )
     temperature: float = option(0.7, "sampling temperature of every sample")
     context_words: int = option(160, "words of background story before each question")
 
@@ -41,7 +45,9 @@ class SelfConsistency(Workload):
         specs = []
         for q in range(self.num_questions):
             prompt = self.question(gen)
-            copies = [(f"sc-{q}", k)] if self.use_n_field else [(f"sc-{q}-{i}", 1) for i in range(k)]
+            copies = (
+                [(f"sc-{q}", k)] if self.use_n_field else [(f"sc-{q}-{i}", 1) for i in range(k)]
+            )
             specs += [
                 RequestSpec(
                     request_id=rid,

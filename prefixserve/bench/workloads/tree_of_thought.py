@@ -32,7 +32,9 @@ class TreeOfThought(Workload):
     def num_trees(self) -> int:
         return max(1, self.num_requests // self.nodes_per_tree())
 
-    def node(self, tree: int, path: str, prompt: str, depth: int, parent: str | None) -> RequestSpec:
+    def node(
+        self, tree: int, path: str, prompt: str, depth: int, parent: str | None
+    ) -> RequestSpec:
         return RequestSpec(
             request_id=f"tot-{tree}-{path}",
             prompt=prompt,
@@ -61,7 +63,9 @@ class TreeOfThought(Workload):
         tree, path = spec.group.split("-")[1], spec.request_id.split("-", 2)[2]
         children = []
         for b in range(self.branches):
-            thought = TextGenerator(f"{self.seed}-{spec.request_id}-{b}").sentence(self.thought_words)
+            thought = TextGenerator(f"{self.seed}-{spec.request_id}-{b}").sentence(
+                self.thought_words
+            )
             prompt = f"{spec.prompt}{answer}\nThought {depth}.{b}: {thought}\n"
             children.append(self.node(int(tree), f"{path}.{b}", prompt, depth, spec.request_id))
         return children

@@ -81,7 +81,9 @@ def option(default: Any, help: str) -> Any:
     return field(default=default, metadata={"help": help})
 
 
-def expand(workload: Workload, answer_fn: Callable[[RequestSpec], str] | None = None) -> list[RequestSpec]:
+def expand(
+    workload: Workload, answer_fn: Callable[[RequestSpec], str] | None = None
+) -> list[RequestSpec]:
     """Every request of `workload`, breadth-first, answering each with `answer_fn` (default: "")."""
     answer_fn = answer_fn or (lambda spec: "")
     queue = deque(workload.start())
