@@ -146,7 +146,8 @@ class OpenAIClient:
                             num_chunks += 1
                     if event.get("usage"):
                         read_usage(result, event["usage"])
-        except (httpx.HTTPError, json.JSONDecodeError, ValueError) as exc:
+        except (httpx.HTTPError, ValueError, TypeError, AttributeError, KeyError) as exc:
+            # Network failures and malformed streams are results, never crashes of the run.
             result.error = f"{type(exc).__name__}: {exc}"
             return result
         result.e2e_s = time.perf_counter() - start

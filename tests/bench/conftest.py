@@ -34,12 +34,14 @@ class FakeOpenAIServer:
         send_usage: bool = True,
         block_size: int = 4,
         token_delay_s: float = 0.001,
+        error_mid_stream: bool = False,
     ) -> None:
         self.fail_every = fail_every
         self.fail_status = fail_status
         self.send_usage = send_usage
         self.block_size = block_size
         self.token_delay_s = token_delay_s
+        self.error_mid_stream = error_mid_stream
         self.seen: list[list[str]] = []
         self.prompts: list[str] = []  # every prompt received, in arrival order
         self.bodies: list[dict[str, Any]] = []
@@ -125,6 +127,10 @@ class FakeOpenAIServer:
                 )
                 choice["finish_reason"] = None
                 yield f"data: {json.dumps({'object': kind, 'choices': [choice], 'usage': None})}\n\n"
+            if self.error_mid_stream:
+                err = {"message": "engine died mid-stream", "type": "server_error", "code": 500}
+                yield f"data: {json.dumps({'error': err})}\n\n"
+                return
         if usage is not None:
             yield f"data: {json.dumps({'object': kind, 'choices': [], 'usage': usage})}\n\n"
         yield "data: [DONE]\n\n"
