@@ -8,6 +8,8 @@ one's fault injection or its record of what it received.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -171,3 +173,18 @@ def test_plot_writes_pngs(make_fake_server: Any, tmp_path: Path) -> None:
     assert names == ["cached_ratio.png", "ttft_cdf.png", "turn_ttft.png"]
     for png in plots.glob("*.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+
+
+def test_bench_runs_as_a_module_without_importing_torch() -> None:
+    code = (
+        "import runpy, sys\n"
+        "sys.argv = ['prefixserve bench', '--help']\n"
+        "try:\n"
+        "    runpy.run_module('prefixserve.bench', run_name='__main__')\n"
+        "except SystemExit as e:\n"
+        "    assert e.code == 0, e.code\n"
+        "assert 'torch' not in sys.modules, 'prefixserve.bench imported torch'\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "--workload" in proc.stdout and "--few-shot-num-examples" in proc.stdout
