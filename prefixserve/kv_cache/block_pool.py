@@ -90,28 +90,32 @@ class BlockPool:
 
     def touch(self, blocks: Iterable[KVBlock]) -> None:
         """A hit: ref +1, and out of the free queue if the block was free."""
-        queue = self.free_queue
+        revived = []
         for block in blocks:
             if block.ref_cnt == 0:
-                queue.remove(block)
+                revived.append(block)
             block.ref_cnt += 1
+        if revived:
+            self.free_queue.remove_n(revived)
 
     def free_blocks(self, ordered_blocks: Iterable[KVBlock]) -> None:
         """Ref -1; blocks reaching 0 go to the queue tail in the given order, hash kept."""
-        queue = self.free_queue
+        freed = []
         for block in ordered_blocks:
             block.ref_cnt -= 1
             if block.ref_cnt == 0:
-                queue.append(block)
+                freed.append(block)
+        self.free_queue.append_n(freed)
 
     def cache_full_blocks(self, request: Request, blocks: list[KVBlock], start: int, end: int,
                           block_size: int) -> None:
-        """Put blocks[start:end] (full, hashes in request.block_hashes) into the hash map."""
+        """Put the request's blocks number start..end-1 (given as `blocks`, full, hashes in
+        request.block_hashes) into the hash map."""
         hashes = request.block_hashes
         cached = self.cached
         run_start = -1  # first block index of the current run of newly stored blocks
         for i in range(start, end):
-            block, h = blocks[i], hashes[i]
+            block, h = blocks[i - start], hashes[i]
             stored = block.block_hash is None and h not in cached
             if stored:
                 block.block_hash = h

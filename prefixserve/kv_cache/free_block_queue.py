@@ -68,8 +68,27 @@ class FreeBlockQueue:
         self.num_free_blocks += 1
 
     def append_n(self, blocks: Iterable[KVBlock]) -> None:
+        last, n = self._tail.prev_free, 0
         for block in blocks:
-            self.append(block)
+            last.next_free = block
+            block.prev_free = last
+            last = block
+            n += 1
+        last.next_free = self._tail
+        self._tail.prev_free = last
+        self.num_free_blocks += n
+
+    def remove_n(self, blocks: Iterable[KVBlock]) -> None:
+        n = 0
+        for block in blocks:
+            prev, nxt = block.prev_free, block.next_free
+            if prev is None or nxt is None:
+                raise RuntimeError(f"block {block.block_id} is not in the free queue")
+            prev.next_free = nxt
+            nxt.prev_free = prev
+            block.prev_free = block.next_free = None
+            n += 1
+        self.num_free_blocks -= n
 
     def appendleft(self, block: KVBlock) -> None:
         first = self._head.next_free

@@ -45,9 +45,8 @@ class HashPrefixCache(PrefixCache):
         return hit
 
     def hit_is_valid(self, request: Request, block_ids: list[int]) -> bool:
-        blocks, hashes = self.pool.blocks, request.block_hashes
-        return all(blocks[b].block_hash is not None and blocks[b].block_hash == hashes[i]
-                   for i, b in enumerate(block_ids))
+        blocks = self.pool.blocks
+        return [blocks[b].block_hash for b in block_ids] == request.block_hashes[:len(block_ids)]
 
     @property
     def num_free_blocks(self) -> int:
@@ -67,8 +66,8 @@ class HashPrefixCache(PrefixCache):
     def cache_blocks(self, request: Request, block_ids: list[int], start: int, end: int) -> None:
         self.hasher.update(request)
         blocks = self.pool.blocks
-        table = [blocks[b] for b in block_ids[:end]]
-        self.pool.cache_full_blocks(request, table, start, end, self.block_size)
+        new_full = [blocks[b] for b in block_ids[start:end]]
+        self.pool.cache_full_blocks(request, new_full, start, end, self.block_size)
 
     def release(self, request: Request, block_ids: list[int]) -> None:
         blocks = self.pool.blocks

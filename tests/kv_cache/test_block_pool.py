@@ -76,7 +76,7 @@ def _cache_request(pool: BlockPool, tokens: list[int], hashes: list[bytes], n: i
     req = Request("r", tokens)
     req.block_hashes = hashes
     blocks = pool.get_new_blocks(n)
-    pool.cache_full_blocks(req, blocks, 0, len(hashes), block_size=2)
+    pool.cache_full_blocks(req, blocks[:len(hashes)], 0, len(hashes), block_size=2)
     return blocks
 
 
