@@ -111,6 +111,8 @@ class RouterServer:
         asyncio.run(self.server.serve())
 
     def start(self, timeout: float = 10.0) -> RouterServer:
+        if self.thread.is_alive():
+            return self
         self.thread.start()
         deadline = threading.Event()
         for _ in range(int(timeout / 0.01)):

@@ -82,8 +82,9 @@ def _options(args: argparse.Namespace, cls: type) -> dict[str, Any]:
 
 def build_router(args: argparse.Namespace) -> Router:
     tokenizer = PromptTokenizer(args.tokenizer) if getattr(args, "tokenizer", None) else None
+    options = {k: v for k, v in vars(args).items() if k not in ("policy", "seed", "tokenizer")}
     policy: RoutingPolicy = make_policy(args.policy, seed=getattr(args, "seed", None),
-                                        tokenizer=tokenizer, **vars(args))
+                                        tokenizer=tokenizer, **options)
     return Router(policy, list(args.worker_urls or []), RouterConfig(**_options(args, RouterConfig)))
 
 
