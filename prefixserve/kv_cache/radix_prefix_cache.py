@@ -140,8 +140,7 @@ class RadixPrefixCache(PrefixCache):
             return
         self.clock += 1
         node = self._insert(request, block_ids, path.last_node, path.num_blocks, end)
-        self._lock(node)
-        self._unlock(path.last_node)
+        self._lock(node, stop=path.last_node)  # the path above it is locked already
         path.last_node, path.num_blocks = node, end
 
     def release(self, request: Request, block_ids: list[int]) -> None:
@@ -277,8 +276,10 @@ class RadixPrefixCache(PrefixCache):
         self._push_if_evictable(parent)
         return n
 
-    def _lock(self, node: RadixNode) -> None:
-        while node is not self.root:
+    def _lock(self, node: RadixNode, stop: RadixNode | None = None) -> None:
+        """lock_ref +1 from `node` up to the root, or up to (not including) ancestor `stop`."""
+        stop = stop or self.root
+        while node is not stop:
             if node.lock_ref == 0:
                 self.evictable_size -= node.num_blocks
                 self.protected_size += node.num_blocks
@@ -343,7 +344,10 @@ class RadixPrefixCache(PrefixCache):
         return node
 
     def _block_hashes(self, request: Request, parent: RadixNode, lo: int, hi: int) -> list[Any]:
-        """The hash-cache chain hashes of blocks lo..hi-1 (same format for routers)."""
+        """The hash-cache chain hashes of blocks lo..hi-1 (same format for routers); only
+        events use them, so without an event log they are not computed."""
+        if self.pool.events is None:
+            return [None] * (hi - lo)
         if len(request.block_hashes) >= hi:
             return list(request.block_hashes[lo:hi])
         bs = self.block_size
