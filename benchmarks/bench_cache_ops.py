@@ -124,7 +124,8 @@ def bench_manager(prefix_cache: str, block_size: int, mode: str, args) -> dict:
     walls, hits, evictions = [], None, 0
     for _ in range(args.runs):
         mgr = KVCacheManager(num_blocks=pool, block_size=block_size, prefix_cache=prefix_cache,
-                             hash_algo=args.hash_algo)
+                             hash_algo=args.hash_algo,
+                             free_unhashed_to_head=args.free_unhashed_to_head)
         gc.collect()
         t0 = time.perf_counter()
         run_hits = replay(mgr, trace, args.concurrency)
@@ -136,6 +137,7 @@ def bench_manager(prefix_cache: str, block_size: int, mode: str, args) -> dict:
     wall = min(walls)
     tokens = sum(len(t.prompt) + DECODE for t in trace)
     return {"bench": "manager", "prefix_cache": prefix_cache, "hash_algo": args.hash_algo,
+            "free_unhashed_to_head": args.free_unhashed_to_head,
             "block_size": block_size, "mode": mode, "pool_blocks": pool,
             "concurrency": args.concurrency, "requests": len(trace),
             "logical_ops": len(trace) * (3 + DECODE), "wall_s": round(wall, 4),
@@ -173,6 +175,8 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--skip-hash", action="store_true")
+    p.add_argument("--free-unhashed-to-head", action="store_true",
+                   help="hash cache: reuse freed partial blocks first (vLLM PR #42656)")
     args = p.parse_args()
     if not args.skip_hash:
         for algo in ("sha256", "xxhash"):

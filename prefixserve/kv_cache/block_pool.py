@@ -9,7 +9,8 @@ Blocks are numbered 0 .. num_blocks-1 and all usable. A block is in exactly one 
 `get_new_blocks` pops from the queue head; popping a hashed block evicts it from the map
 (and emits `BlockRemoved`). `touch` revives hit blocks (ref +1, out of the queue in O(1)).
 `free_blocks` appends blocks reaching ref 0 to the tail in the order given (the manager
-passes a block table reversed, so a chain's tail is reused first). When two requests
+passes a block table reversed, so a chain's tail is reused first); with
+`free_unhashed_to_head`, blocks without a hash go to the head instead (vLLM PR #42656). When two requests
 compute the same content at once, the first block stays in the map and the duplicate stays
 unhashed, so it is freed as a plain block.
 
@@ -46,7 +47,8 @@ class KVBlock:
 class BlockPool:
     """Ref-counted block allocator with an LRU free queue and a hash map of cached blocks."""
 
-    def __init__(self, num_blocks: int, events: KVEventLog | None = None) -> None:
+    def __init__(self, num_blocks: int, events: KVEventLog | None = None,
+                 free_unhashed_to_head: bool = False) -> None:
         if num_blocks < 1:
             raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
         self.num_blocks = num_blocks
@@ -54,6 +56,9 @@ class BlockPool:
         self.free_queue = FreeBlockQueue(self.blocks, lambda: KVBlock(-1))
         self.cached: dict[Any, KVBlock] = {}
         self.events = events
+        # vLLM PR #42656: a freed block with no hash is worthless to keep, so reuse it
+        # first instead of letting it push cached blocks out of the LRU order.
+        self.free_unhashed_to_head = free_unhashed_to_head
         self.num_evictions = 0
 
     @property
@@ -105,6 +110,9 @@ class BlockPool:
             block.ref_cnt -= 1
             if block.ref_cnt == 0:
                 freed.append(block)
+        if self.free_unhashed_to_head:
+            self.free_queue.prepend_n([b for b in freed if b.block_hash is None])
+            freed = [b for b in freed if b.block_hash is not None]
         self.free_queue.append_n(freed)
 
     def cache_full_blocks(self, request: Request, blocks: list[KVBlock], start: int, end: int,

@@ -78,6 +78,11 @@ class FreeBlockQueue:
         self._tail.prev_free = last
         self.num_free_blocks += n
 
+    def prepend_n(self, blocks: list[KVBlock]) -> None:
+        """Put blocks at the head, keeping their order (blocks[0] becomes the head)."""
+        for block in reversed(blocks):
+            self.appendleft(block)
+
     def remove_n(self, blocks: Iterable[KVBlock]) -> None:
         n = 0
         for block in blocks:

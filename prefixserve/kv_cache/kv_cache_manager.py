@@ -42,7 +42,8 @@ class KVCacheManager:
     def __init__(self, num_blocks: int, block_size: int, enable_caching: bool = True,
                  prefix_cache: str = "hash", hash_algo: str = "sha256",
                  eviction_policy: str = "lru", hash_seed: int | str = 0,
-                 enable_kv_events: bool = False, kv_events_ring_size: int = 10_000) -> None:
+                 enable_kv_events: bool = False, kv_events_ring_size: int = 10_000,
+                 free_unhashed_to_head: bool = False) -> None:
         if prefix_cache not in prefix_cache_names():
             raise ValueError(f"prefix_cache must be one of {prefix_cache_names()}, got {prefix_cache!r}")
         self.config = PrefixCacheConfig(block_size, hash_algo, hash_seed, eviction_policy)
@@ -51,7 +52,7 @@ class KVCacheManager:
         self.enable_caching = enable_caching
         self.prefix_cache_name = prefix_cache if enable_caching else "none"
         self.events = KVEventLog(kv_events_ring_size) if enable_kv_events and enable_caching else None
-        self.pool = BlockPool(num_blocks, self.events)
+        self.pool = BlockPool(num_blocks, self.events, free_unhashed_to_head and enable_caching)
         self.cache = make_prefix_cache(self.prefix_cache_name, self.pool, self.config)
         self.req_to_blocks: dict[str, list[int]] = {}
         self.num_cached_blocks_of: dict[str, int] = {}  # table prefix already offered to the cache
@@ -82,6 +83,10 @@ class KVCacheManager:
         return 1.0 - self.cache.num_free_blocks / self.num_blocks
 
     @property
+    def num_evictions(self) -> int:
+        return self.cache.num_evictions
+
+    @property
     def stats(self) -> CacheStats:
         c, free = self.counters, self.cache.num_free_blocks
         return CacheStats(c.requests, c.queries, c.hits, c.preempted_requests,
@@ -109,9 +114,12 @@ class KVCacheManager:
             num_computed = request.num_computed_tokens
         total = num_computed + num_new_tokens
         num_new_blocks = max(0, -(-total // bs) - len(table) - len(hit_ids))
-        if hit_ids and not self.cache.hit_is_valid(request, hit_ids):
-            return None
-        if num_new_blocks + self.cache.num_evictable(hit_ids) > self.cache.num_free_blocks:
+        if hit_ids:
+            if not self.cache.hit_is_valid(request, hit_ids):
+                return None
+            if num_new_blocks + self.cache.num_evictable(hit_ids) > self.cache.num_free_blocks:
+                return None
+        elif num_new_blocks > self.cache.num_free_blocks:
             return None
 
         if hit_ids:

@@ -299,3 +299,25 @@ def test_bad_configuration_is_rejected_with_a_message():
         KVCacheManager(4, 2, prefix_cache="hash", eviction_policy="lfu")
     with pytest.raises(ValueError, match="hash_algo"):
         KVCacheManager(4, 2, hash_algo="md5")
+
+
+def test_free_unhashed_to_head_reuses_partial_blocks_first():
+    mgr = KVCacheManager(num_blocks=10, block_size=4, free_unhashed_to_head=True)
+    r0, r1 = req(COMMON + [1, 2, 3]), req(COMMON + [4, 5])
+    admit(mgr, r0)
+    admit(mgr, r1)
+    mgr.free(r0)
+    mgr.free(r1)
+    assert mgr.free_block_ids() == [4, 3, 5, 6, 7, 8, 9, 2, 1, 0]
+    mgr.check_invariants()
+    assert admit(mgr, req([7] * 6)) == [4, 3]  # no cached block evicted
+    assert mgr.num_evictions == 0
+
+
+def test_num_evictions_counts_cached_blocks_popped_for_reuse():
+    mgr = KVCacheManager(num_blocks=3, block_size=2)
+    r = req([1, 2, 3, 4, 5])
+    admit(mgr, r)
+    mgr.free(r)
+    admit(mgr, req([9, 9, 9, 9, 9]))
+    assert mgr.num_evictions == mgr.stats.evictions == 2

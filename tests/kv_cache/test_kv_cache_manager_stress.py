@@ -118,6 +118,14 @@ def test_random_operations_keep_invariants_and_hits_correct(prefix_cache, block_
     assert mgr.stats.hits > 0 and mgr.stats.evictions > 0
 
 
+@pytest.mark.parametrize("block_size", [1, 2])
+def test_random_operations_with_unhashed_blocks_freed_to_head(block_size):
+    mgr = KVCacheManager(num_blocks=24 // block_size + 3, block_size=block_size,
+                         free_unhashed_to_head=True)
+    Sim(mgr, random.Random(3)).run(3000)
+    assert mgr.stats.hits > 0
+
+
 @pytest.mark.parametrize("block_size", [1, 3])
 def test_random_operations_without_caching_never_hit(block_size):
     mgr = KVCacheManager(num_blocks=12, block_size=block_size, enable_caching=False)
