@@ -8,10 +8,20 @@ from prefixserve.kv_cache.block_hasher import BlockHasher, hash_token_blocks
 from prefixserve.kv_cache.block_pool import BlockPool, KVBlock
 from prefixserve.kv_cache.cache_stats import CacheStats
 from prefixserve.kv_cache.kv_cache_manager import ComputedBlocks, KVCacheManager
-from prefixserve.kv_cache.kv_events import (AllBlocksCleared, BlockRemoved, BlockStored,
-                                            KVEventIndex, KVEventLog, KVSnapshot)
-from prefixserve.kv_cache.prefix_cache import (PREFIX_CACHES, PrefixCache, PrefixCacheConfig,
-                                               register_prefix_cache)
+from prefixserve.kv_cache.kv_events import (
+                                            AllBlocksCleared,
+                                            BlockRemoved,
+                                            BlockStored,
+                                            KVEventIndex,
+                                            KVEventLog,
+                                            KVSnapshot,
+)
+from prefixserve.kv_cache.prefix_cache import (
+                                            PREFIX_CACHES,
+                                            PrefixCache,
+                                            PrefixCacheConfig,
+                                            register_prefix_cache,
+)
 
 __all__ = [
     "AllBlocksCleared", "BlockHasher", "BlockPool", "BlockRemoved", "BlockStored", "CacheStats",

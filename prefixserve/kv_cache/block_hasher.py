@@ -24,7 +24,8 @@ from __future__ import annotations
 import hashlib
 import sys
 from array import array
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import xxhash
 

@@ -20,8 +20,9 @@ not know about block tables; the radix cache uses it only as a ref-counted alloc
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 from prefixserve.kv_cache.free_block_queue import FreeBlockQueue
 from prefixserve.kv_cache.kv_events import KVEventLog

@@ -12,7 +12,8 @@ The queue knows nothing about hashes, ref counts or requests: it only orders blo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from prefixserve.kv_cache.block_pool import KVBlock

@@ -22,7 +22,11 @@ from typing import NamedTuple
 from prefixserve.kv_cache.block_pool import BlockPool
 from prefixserve.kv_cache.cache_stats import CacheCounters, CacheStats
 from prefixserve.kv_cache.kv_events import KVEventLog
-from prefixserve.kv_cache.prefix_cache import PrefixCacheConfig, make_prefix_cache, prefix_cache_names
+from prefixserve.kv_cache.prefix_cache import (
+    PrefixCacheConfig,
+    make_prefix_cache,
+    prefix_cache_names,
+)
 from prefixserve.request import Request
 
 

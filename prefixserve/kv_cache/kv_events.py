@@ -15,10 +15,11 @@ blocks ids, requests or how the hashes were computed.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Union
+from typing import Any, Union
 
-BlockHash = Union[bytes, int]
+BlockHash = bytes | int
 
 
 def encode_hash(h: BlockHash | None) -> str | int | None:
@@ -71,7 +72,7 @@ class AllBlocksCleared:
         return {"type": "AllBlocksCleared", "seq": self.seq}
 
 
-KVEvent = Union[BlockStored, BlockRemoved, AllBlocksCleared]
+KVEvent = BlockStored | BlockRemoved | AllBlocksCleared
 
 
 def event_from_dict(d: dict[str, Any]) -> KVEvent:

@@ -10,8 +10,13 @@ import sys
 import pytest
 import xxhash
 
-from prefixserve.kv_cache.block_hasher import (BlockHasher, block_extra_keys, hash_token_blocks,
-                                               pack_tokens, root_hash)
+from prefixserve.kv_cache.block_hasher import (
+    BlockHasher,
+    block_extra_keys,
+    hash_token_blocks,
+    pack_tokens,
+    root_hash,
+)
 from prefixserve.request import Request
 
 ALGOS = ["sha256", "xxhash"]
@@ -32,7 +37,7 @@ def test_chain_is_hash_of_parent_tokens_and_keys(algo):
 def test_changing_one_token_in_block_zero_changes_every_later_hash(algo):
     a = hash_token_blocks([1, 2, 3, 4, 5, 6], 2, hash_algo=algo)
     b = hash_token_blocks([1, 9, 3, 4, 5, 6], 2, hash_algo=algo)
-    assert all(x != y for x, y in zip(a, b))
+    assert all(x != y for x, y in zip(a, b, strict=True))
 
 
 def test_different_seeds_give_different_hashes_and_same_seed_same_hashes():

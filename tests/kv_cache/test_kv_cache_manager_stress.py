@@ -101,7 +101,7 @@ class Sim:
                 if ok:
                     self.shadow.clear()
             self.mgr.check_invariants()
-        for r in list(self.running):
+        while self.running:
             self.finish()
         self.mgr.check_invariants()
         assert self.mgr.num_free_blocks == self.mgr.num_blocks

@@ -9,8 +9,15 @@ import pytest
 
 from prefixserve.kv_cache import KVCacheManager
 from prefixserve.kv_cache.block_hasher import hash_token_blocks
-from prefixserve.kv_cache.kv_events import (AllBlocksCleared, BlockRemoved, BlockStored,
-                                            KVEventIndex, KVEventLog, KVSnapshot, event_from_dict)
+from prefixserve.kv_cache.kv_events import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    KVEventIndex,
+    KVEventLog,
+    KVSnapshot,
+    event_from_dict,
+)
 from prefixserve.request import Request
 
 
