@@ -24,6 +24,7 @@ MODEL_NAME = "SmolLM2-135M-Instruct"
 @dataclass
 class RunningServer:
     url: str
+    model: str
     engine: AsyncLLM
     server: uvicorn.Server
     thread: threading.Thread
@@ -53,7 +54,21 @@ def start_server(api_key: str | None = None, max_n: int = 4, **engine_kwargs: ob
             raise RuntimeError("the test server did not start")
         time.sleep(0.02)
     port = server.servers[0].sockets[0].getsockname()[1]
-    return RunningServer(f"http://127.0.0.1:{port}", engine, server, thread)
+    return RunningServer(f"http://127.0.0.1:{port}", MODEL_NAME, engine, server, thread)
+
+
+@pytest.fixture(scope="module")
+def make_server() -> Iterator:
+    """start_server for tests that need their own options; stopped at module end."""
+    started: list[RunningServer] = []
+
+    def make(**kwargs: object) -> RunningServer:
+        started.append(start_server(**kwargs))
+        return started[-1]
+
+    yield make
+    for s in started:
+        s.stop()
 
 
 @pytest.fixture(scope="module")
