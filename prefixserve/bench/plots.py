@@ -17,6 +17,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 
 def ok_records(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -61,6 +62,7 @@ def plot_turn_ttft(reports: Sequence[dict[str, Any]], labels: Sequence[str], pat
         turns = sorted(by_turn)
         ax.plot(turns, [np.median(by_turn[t]) for t in turns], marker="o", label=label)
     ax.set(xlabel="turn (or tree depth)", ylabel="median TTFT (ms)", title="TTFT per turn")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
     ax.legend()
     save(fig, path)
