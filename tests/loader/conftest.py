@@ -30,6 +30,20 @@ def byte_level_vocab() -> tuple[list[str], list[int], list[str]]:
     return tokens, types, MERGES
 
 
+SPM_PIECES = ["\u2581", "t", "h", "e", "a", "n", "d", "w", "o", "r", "l", "\u2581t", "he",
+              "\u2581the", "an", "\u2581a", "\u2581an", "\u2581and", "\u2581w", "or", "ld", "\u2581wor",
+              "\u2581world", "\u2581\u2581"]
+
+
+def sentencepiece_vocab() -> tuple[list[str], list[int], list[float]]:
+    """A small SentencePiece-style vocabulary: unk/bos/eos, 256 byte-fallback tokens, pieces
+    scored best-first (the file has no merges; they are implied by the scores)."""
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + SPM_PIECES
+    types = [2, 3, 3] + [6] * 256 + [1] * len(SPM_PIECES)
+    scores = [0.0] * 259 + [-float(i) for i in range(len(SPM_PIECES))]
+    return tokens, types, scores
+
+
 def llama_permute(w: np.ndarray, n_head: int) -> np.ndarray:
     """llama.cpp convert_hf_to_gguf.py's Q/K permutation (HF halves -> interleaved pairs)."""
     return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
@@ -91,15 +105,23 @@ def write_gguf(path: Path, arch: str, model: torch.nn.Module, quantize_embedding
         w.add_value_length(cfg.head_dim)
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     w.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
-    tokens, types, merges = byte_level_vocab()
     w.add_tokenizer_model(tokenizer_model)
-    w.add_tokenizer_pre("default")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges(merges)
+    if tokenizer_model == "llama":
+        tokens, types, scores = sentencepiece_vocab()
+        w.add_token_list(tokens)
+        w.add_token_types(types)
+        w.add_token_scores(scores)
+        w.add_unk_token_id(0)
+        w.add_add_bos_token(True)
+    else:
+        tokens, types, merges = byte_level_vocab()
+        w.add_tokenizer_pre("default")
+        w.add_token_list(tokens)
+        w.add_token_types(types)
+        w.add_token_merges(merges)
+        w.add_add_bos_token(False)
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
-    w.add_add_bos_token(False)
     w.add_chat_template(CHAT_TEMPLATE)
     for name, tensor in model.state_dict().items():
         if name == "lm_head.weight" and cfg.tie_word_embeddings:
@@ -133,7 +155,8 @@ def tiny_gguf(tmp_path: Path, cache: Path) -> Callable[..., tuple[Path, torch.nn
     """Factory: `tiny_gguf(arch, tie=..., quantize_embeddings=...)` -> (gguf path, HF model)."""
     def make(arch: str, tie: bool = False, quantize_embeddings: bool = False,
              tokenizer_model: str = "gpt2") -> tuple[Path, torch.nn.Module]:
-        model = tiny_hf_model(arch, len(byte_level_vocab()[0]), tie)
+        vocab = sentencepiece_vocab() if tokenizer_model == "llama" else byte_level_vocab()
+        model = tiny_hf_model(arch, len(vocab[0]), tie)
         path = tmp_path / f"tiny-{arch}.gguf"
         write_gguf(path, arch, model, quantize_embeddings, tokenizer_model)
         return path, model
