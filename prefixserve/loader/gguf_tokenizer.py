@@ -79,7 +79,7 @@ def _byte_level_bpe(meta: dict[str, Any], tokens: list[str]) -> HFTokenizer:
     spell = _bytes_to_unicode()
     types = meta.get("tokenizer.ggml.token_type") or [1] * len(tokens)
     vocab: dict[str, int] = {}
-    for i, (t, ty) in enumerate(zip(tokens, types)):
+    for i, (t, ty) in enumerate(zip(tokens, types, strict=False)):
         # Added tokens keep their raw text; a plain token outside the byte alphabet is respelled.
         if ty not in (_CONTROL, _USER_DEFINED) and not set(t) <= alphabet:
             t = "".join(spell[b] for b in t.encode("utf-8"))
@@ -115,7 +115,7 @@ def _sentencepiece_bpe(meta: dict[str, Any], tokens: list[str]) -> HFTokenizer:
         merges = [tuple(m.split(" ", 1)) for m in meta["tokenizer.ggml.merges"]]
     else:
         scores = meta.get("tokenizer.ggml.scores") or [0.0] * len(tokens)
-        merges = _merges_from_scores(vocab, dict(zip(tokens, scores)))
+        merges = _merges_from_scores(vocab, dict(zip(tokens, scores, strict=False)))
     unk_id = meta.get("tokenizer.ggml.unknown_token_id")
     unk = tokens[unk_id] if unk_id is not None else None
     tok = HFTokenizer(models.BPE(vocab, merges, unk_token=unk, fuse_unk=True, byte_fallback=True))
@@ -145,14 +145,14 @@ def _merges_from_scores(vocab: dict[str, int], scores: dict[str, float]) -> list
 def _add_special_tokens(tok: HFTokenizer, meta: dict[str, Any], tokens: list[str]) -> None:
     types = meta.get("tokenizer.ggml.token_type") or []
     special = [AddedToken(t, special=True, normalized=False)
-               for t, ty in zip(tokens, types) if ty == _CONTROL]
+               for t, ty in zip(tokens, types, strict=False) if ty == _CONTROL]
     # Always keep the named special tokens whole, even where the file forgot to mark them.
     for key in ("bos", "eos", "unknown", "padding", "eot", "eom"):
         i = meta.get(f"tokenizer.ggml.{key}_token_id")
         if i is not None and 0 <= i < len(tokens) and all(a.content != tokens[i] for a in special):
             special.append(AddedToken(tokens[i], special=True, normalized=False))
     user = [AddedToken(t, special=False, normalized=False)
-            for t, ty in zip(tokens, types) if ty == _USER_DEFINED]
+            for t, ty in zip(tokens, types, strict=False) if ty == _USER_DEFINED]
     if special:
         tok.add_special_tokens(special)
     if user:
