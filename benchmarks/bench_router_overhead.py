@@ -66,7 +66,7 @@ def wait_ready(url: str, timeout: float = 30.0) -> None:
 
 async def load(url: str, rate: float, duration: float, seed: int) -> list[float]:
     rng = random.Random(seed)
-    prefixes = ["shared system prompt number %d. " % i * 20 for i in range(8)]
+    prefixes = [f"shared system prompt number {i}. " * 20 for i in range(8)]
     latencies: list[float] = []
     async with httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=200)) as c:
         async def one(body: dict) -> None:
@@ -99,7 +99,7 @@ def select_cost(policy_name: str, workers: int, n: int, seed: int) -> dict:
     rng = random.Random(seed)
     policy = make_policy(policy_name, seed=seed)
     ws = tuple(SimpleNamespace(url=f"http://w{i}") for i in range(workers))
-    prefixes = ["shared system prompt number %d. " % i * 20 for i in range(64)]
+    prefixes = [f"shared system prompt number {i}. " * 20 for i in range(64)]
     infos = [RequestInfo.from_completion({"prompt": rng.choice(prefixes) + f"q {rng.random()}"})
              for _ in range(n)]
     times = []

@@ -111,7 +111,7 @@ class Router:
         now = time.monotonic()
         avail = [w for w in self.workers.values() if w.available(now)]
         cached = self._eligible
-        if len(avail) != len(cached) or any(a is not b for a, b in zip(avail, cached)):
+        if len(avail) != len(cached) or any(a is not b for a, b in zip(avail, cached, strict=False)):
             self._eligible = tuple(avail)
         return self._eligible
 
@@ -267,7 +267,7 @@ class Router:
         workers = list(self.workers.values())
         results = await asyncio.gather(*(self._probe(w) for w in workers))
         cfg = self.config
-        for worker, ok in zip(workers, results):
+        for worker, ok in zip(workers, results, strict=True):
             if worker.record_probe(ok, cfg.health_failure_threshold, cfg.health_success_threshold):
                 logger.warning("router: worker %s is now %s", worker.url,
                                "healthy" if worker.healthy else "unhealthy")

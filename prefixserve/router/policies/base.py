@@ -115,7 +115,7 @@ class RoutingPolicy(ABC):
         """The request dispatched to `worker` by `select()` finished (or failed)."""
         self.loads.dec(worker.url)
 
-    def maintain(self) -> None:
+    def maintain(self) -> None:  # noqa: B027  (optional hook, a no-op by default)
         """Periodic housekeeping (eviction, expiry); the router calls it in the background."""
 
     def load(self, url: str) -> int:
