@@ -99,6 +99,7 @@ class OutputProcessor:
 
     def _finish_by_token(self, comp: _Completion) -> None:
         req = comp.request
+        comp.text += comp.detokenizer.flush()  # a trailing partial character, as decode() shows it
         comp.finish_reason = _FINISH_REASONS[req.status]
         last = req.output_token_ids[-1] if req.output_token_ids else None
         if req.status == RequestStatus.FINISHED_STOPPED and last is not None:
