@@ -138,7 +138,7 @@ class OpenAIServingChat(OpenAIServing):
 
     def _logprobs(self, o: CompletionOutput, start: int, k: int) -> dict[str, Any]:
         content = []
-        for tid, lps in zip(o.token_ids[start:], (o.logprobs or [])[start:]):
+        for tid, lps in zip(o.token_ids[start:], (o.logprobs or [])[start:], strict=False):
             top = sorted(lps.items(), key=lambda kv: -kv[1])[:k]
             content.append({**self._entry(tid, lps.get(tid, float("-inf"))),
                             "top_logprobs": [self._entry(t, lp) for t, lp in top]})

@@ -136,7 +136,7 @@ class OpenAIServingCompletion(OpenAIServing):
         if k is None or not o.logprobs:
             return None
         block: dict[str, Any] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
-        for tid, lps in zip(o.token_ids[start:], o.logprobs[start:]):
+        for tid, lps in zip(o.token_ids[start:], o.logprobs[start:], strict=False):
             text = self.token_text(tid)
             top = sorted(lps.items(), key=lambda kv: -kv[1])[:k]
             block["tokens"].append(text)

@@ -159,7 +159,7 @@ class OpenAIServing:
         """Add one engine request per prompt, all or none; ValueError -> 400."""
         ids = [request_id if len(prompts) == 1 else f"{request_id}-{i}" for i in range(len(prompts))]
         news = [NewRequest(rid, {"prompt": p.text, "prompt_token_ids": p.token_ids}, params,
-                           req.cache_salt, req.priority) for rid, p in zip(ids, prompts)]
+                           req.cache_salt, req.priority) for rid, p in zip(ids, prompts, strict=True)]
         try:
             queue = await self.engine.add_requests(news)
         except ValueError as e:
