@@ -1,8 +1,10 @@
 """Polls every worker's `GET /kv_events?since=SEQ` and feeds the kv_events policy's index.
 
 A worker answers `{"events": [...], "seq": N}` or, when the poller is too far behind (or asks
-with `since=-1`, as it does on join), `{"snapshot": {"seq", "blocks"}, "seq": N}`; an optional
-`"kv_usage"` (fraction of KV blocks in use) feeds the policy's KV-usage score. A sequence
+with `since=-1`, as it does on join), `{"snapshot": {"seq", "blocks"}, "seq": N}`. Optional
+fields, as the prefixserve server sends them: `"kv_cache_usage"` (fraction of KV blocks in
+use; `"kv_usage"` also accepted) feeds the policy's KV-usage score, `"block_size"` sets the
+block size the prompt is cut into. A sequence
 number that goes backwards (the worker restarted) or a gap in the events makes the poller ask
 for a fresh snapshot. A worker that answers 404 has no event endpoint and is polled rarely.
 """
@@ -69,8 +71,11 @@ class KVEventPoller:
         """Apply one `/kv_events` answer for `url`, polled with `since`."""
         index = self.policy.index
         seq = int(data.get("seq", 0))
-        if "kv_usage" in data and data["kv_usage"] is not None:
-            self.policy.kv_usage[url] = float(data["kv_usage"])
+        usage = data.get("kv_cache_usage", data.get("kv_usage"))
+        if usage is not None:
+            self.policy.kv_usage[url] = float(usage)
+        if data.get("block_size"):
+            index.block_size_seen = int(data["block_size"])
         if "snapshot" in data:
             index.load_snapshot(url, data["snapshot"])
             self.since[url] = seq

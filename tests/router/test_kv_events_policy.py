@@ -151,8 +151,10 @@ def test_poller_resyncs_after_a_restart_or_gap():
     policy = KVEventsPolicy(KVEventsConfig(kv_block_size=BS), seed=0)
     router = SimpleNamespace(policy=policy, workers={"a": None})
     poller = KVEventPoller(router)
-    poller.apply("a", RESYNC, {"snapshot": {"seq": 5, "blocks": []}, "seq": 5})
+    poller.apply("a", RESYNC, {"snapshot": {"seq": 5, "blocks": []}, "seq": 5,
+                               "kv_cache_usage": 0.5, "block_size": 8})
     assert poller.since["a"] == 5
+    assert policy.kv_usage == {"a": 0.5} and policy.block_size == 8
     poller.apply("a", 5, {"events": [], "seq": 2})  # sequence went backwards: restarted
     assert poller.since["a"] == RESYNC
     poller.apply("a", RESYNC, {"snapshot": {"seq": 2, "blocks": []}, "seq": 2})
