@@ -20,7 +20,7 @@ class RMSNorm(nn.Module):
         dtype = x.dtype
         x = x.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
+        return x.to(dtype).mul_(self.weight)  # x is a fresh tensor here: scale it in place
 
     def forward(
         self, x: torch.Tensor, residual: torch.Tensor | None = None

@@ -57,13 +57,22 @@ class RotaryEmbedding(nn.Module):
     def cos_sin(
         self, positions: torch.Tensor, dtype: torch.dtype
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin of shape [num_tokens, 1, head_dim], ready to broadcast over heads."""
+        """cos, sin of shape [num_tokens, 1, head_dim // 2], ready to broadcast over heads."""
         freqs = positions[:, None].float() * self.inv_freq[None, :]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos().to(dtype)[:, None, :], emb.sin().to(dtype)[:, None, :]
+        return freqs.cos().to(dtype)[:, None, :], freqs.sin().to(dtype)[:, None, :]
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate x [num_tokens, num_heads, head_dim] by the cos/sin of its positions."""
+    """Rotate x [num_tokens, num_heads, head_dim] by the half-width cos/sin of its positions.
+
+    Same result as x * cos + rotate_half(x) * sin with cos/sin repeated to full width, in
+    fewer passes over memory: out1 = x1 cos - x2 sin, out2 = x2 cos + x1 sin.
+    """
     x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+    out = torch.empty_like(x)
+    out1, out2 = out.chunk(2, dim=-1)
+    torch.mul(x1, cos, out=out1)
+    out1.addcmul_(x2, sin, value=-1)
+    torch.mul(x2, cos, out=out2)
+    out2.addcmul_(x1, sin)
+    return out

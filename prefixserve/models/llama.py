@@ -54,14 +54,16 @@ class LlamaAttention(nn.Module):
         kv_cache: KVCache,
         md: AttentionMetadata,
     ) -> torch.Tensor:
-        n = x.shape[0]
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = q.view(n, self.num_heads, self.head_dim)
-        k = k.view(n, self.num_kv_heads, self.head_dim)
-        v = v.view(n, self.num_kv_heads, self.head_dim)
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        n, heads, kv_heads, head_dim = x.shape[0], self.num_heads, self.num_kv_heads, self.head_dim
+        qkv = self.qkv_proj(x)
+        v = qkv[:, self.q_size + self.kv_size :].view(n, kv_heads, head_dim)
+        if self.q_norm is None:  # rotate q and k in one pass: [n, heads + kv_heads, head_dim]
+            qk = qkv[:, : self.q_size + self.kv_size].view(n, heads + kv_heads, head_dim)
+            q, k = apply_rotary(qk, cos, sin).split([heads, kv_heads], dim=1)
+        else:
+            q = self.q_norm(qkv[:, : self.q_size].view(n, heads, head_dim))
+            k = self.k_norm(qkv[:, self.q_size : self.q_size + self.kv_size].view(n, kv_heads, head_dim))
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         return self.o_proj(self.attn(q, k, v, kv_cache, md))
 
 
@@ -73,7 +75,7 @@ class LlamaMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(F.silu(gate).mul_(up))
 
 
 class LlamaDecoderLayer(nn.Module):
