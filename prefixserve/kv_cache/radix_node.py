@@ -14,7 +14,8 @@ fields between two nodes.
 from __future__ import annotations
 
 import itertools
-from typing import Any, Hashable
+from collections.abc import Hashable
+from typing import Any
 
 _node_ids = itertools.count()
 

@@ -37,8 +37,9 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
+from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Hashable
+from typing import TYPE_CHECKING, Any
 
 from prefixserve.kv_cache.block_hasher import BlockHasher
 from prefixserve.kv_cache.block_pool import BlockPool
@@ -95,8 +96,7 @@ class RadixPrefixCache(PrefixCache):
         max_blocks = (request.num_tokens - 1) // self.block_size
         if max_blocks <= 0:
             return []
-        _, block_ids = self._match_prefix(request.all_token_ids, max_blocks,
-                                          _namespace(request), request.priority)
+        _, block_ids = self._match_prefix(request.all_token_ids, max_blocks, _namespace(request))
         return block_ids
 
     @property
@@ -120,6 +120,9 @@ class RadixPrefixCache(PrefixCache):
         node = self._node_ending_at(block_ids)
         self._paths[request.request_id] = _RequestPath(node, len(block_ids))
         self._lock(node)
+        while node is not self.root:
+            self._access(node, request.priority, hit=True)
+            node = node.parent
         blocks = self.pool.blocks
         self.pool.touch(blocks[b] for b in block_ids)
 
@@ -185,9 +188,10 @@ class RadixPrefixCache(PrefixCache):
                 freed += self._remove_leaf(entry[3])
         return freed
 
-    def _match_prefix(self, tokens: list[int], max_blocks: int, ns: Hashable,
-                      priority: int) -> tuple[RadixNode, list[int]]:
-        """Longest cached whole-block prefix of tokens[:max_blocks * block_size]."""
+    def _match_prefix(self, tokens: list[int], max_blocks: int,
+                      ns: Hashable) -> tuple[RadixNode, list[int]]:
+        """Longest cached whole-block prefix of tokens[:max_blocks * block_size]. Refreshes
+        access times; hit counts wait for `acquire` (a scheduler may retry a lookup)."""
         bs, limit = self.block_size, max_blocks * self.block_size
         node, pos, block_ids = self.root, 0, []
         while pos + bs <= limit:
@@ -197,7 +201,7 @@ class RadixPrefixCache(PrefixCache):
             n = self._common_blocks(child.key, tokens, pos, limit)
             if n < child.num_blocks:
                 child = self._split(child, n)
-            self._access(child, priority, hit=True)
+            self._access(child, 0, hit=False)
             block_ids += child.block_ids
             pos += n * bs
             node = child

@@ -7,8 +7,7 @@ from dataclasses import dataclass
 import pytest
 
 from prefixserve.kv_cache import KVCacheManager
-from prefixserve.kv_cache.eviction_policy import (EVICTION_POLICIES, SLRUPolicy,
-                                                  make_eviction_policy)
+from prefixserve.kv_cache.eviction_policy import EVICTION_POLICIES, SLRUPolicy, make_eviction_policy
 from prefixserve.kv_cache.prefix_cache import EVICTION_POLICIES as CONFIG_POLICIES
 from prefixserve.request import Request
 
@@ -121,3 +120,15 @@ def test_policy_evicts_the_expected_leaf(policy: str, ops: list[tuple[str, str, 
 def test_lru_and_fifo_disagree_on_the_same_history():
     ops = [make("x"), make("y"), make("z"), hit("x")]
     assert (_victim("lru", ops), _victim("fifo", ops), _victim("filo", ops)) == ("y", "x", "z")
+
+
+def test_lookups_without_admission_do_not_count_as_hits():
+    mgr = KVCacheManager(num_blocks=6, block_size=2, prefix_cache="radix", eviction_policy="lfu")
+    _run(mgr, "x", [1, 1, 1, 1, 0])
+    _run(mgr, "y", [2, 2, 2, 2, 0])
+    for _ in range(3):  # a scheduler retrying the waiting head: lookups only
+        assert mgr.get_computed_blocks(Request("retry", [2, 2, 2, 2, 0])).num_tokens == 4
+    _run(mgr, "x-again", [1, 1, 1, 1, 0])
+    _run(mgr, "pressure", [9] * 6)
+    assert mgr.get_computed_blocks(Request("probe", [1, 1, 1, 1, 0])).num_tokens == 4
+    assert mgr.get_computed_blocks(Request("probe", [2, 2, 2, 2, 0])).num_tokens == 0
