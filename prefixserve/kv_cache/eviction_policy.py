@@ -14,7 +14,9 @@ clock (one tick per operation), never wall time, so the order is deterministic.
 
 Hit counts grow when a request admits a cached path (not on every lookup); a node's priority
 is the highest `Request.priority` of the requests that inserted or used it (as in SGLang: a
-higher number is more important and is kept longer). This module knows nothing about blocks, requests or the tree's shape: it only orders nodes.
+higher number is more important and is kept longer).
+
+This module knows nothing about blocks, requests or the tree's shape: it only orders nodes.
 """
 
 from __future__ import annotations
