@@ -130,6 +130,7 @@ class KVCacheManager:
             self.cache.acquire(request, hit_ids)
         new_ids = self.cache.allocate(num_new_blocks) if num_new_blocks else []
         table.extend(hit_ids)
+        first_new = len(table)
         table.extend(new_ids)
         if is_new:
             self.req_to_blocks[rid] = table
@@ -141,7 +142,7 @@ class KVCacheManager:
             if end > start:
                 self.cache.cache_blocks(request, table, start, end)
                 self.num_cached_blocks_of[rid] = end
-        return new_ids
+        return table[first_new:]  # cache_blocks may swap in the tree's copy of a duplicate
 
     def free(self, request: Request) -> None:
         """Release the request's blocks (finished or preempted); cached ones stay hittable."""

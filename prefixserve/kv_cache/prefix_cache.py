@@ -101,7 +101,9 @@ class PrefixCache(ABC):
     @abstractmethod
     def cache_blocks(self, request: Request, block_ids: list[int], start: int, end: int) -> None:
         """Blocks `block_ids[start:end]` of the request's table are now full of known
-        tokens (`request.all_token_ids[:end * block_size]`): make them hittable."""
+        tokens (`request.all_token_ids[:end * block_size]`): make them hittable.
+        `block_ids` is the manager's live table: a cache may replace a duplicate block in
+        place with its own copy (the radix tree does)."""
 
     @abstractmethod
     def release(self, request: Request, block_ids: list[int]) -> None:
