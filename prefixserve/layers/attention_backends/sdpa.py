@@ -4,13 +4,16 @@ The step's sequences split three ways, each with as little data movement as poss
 
 - fresh prefill (query_len == seq_len): the step's own K/V are the whole context, so SDPA
   runs on them directly with is_causal, no gather;
-- prefill after cached tokens (1 < query_len < seq_len): gather the sequence's K/V slots
+- prefill after cached tokens (1 < query_len < seq_len): gather the sequence's K/V blocks
   (block-table order) and run SDPA with a causal mask offset by seq_len - query_len;
-- decode (query_len == 1): all decodes at once, K/V gathered into one padded batch
-  [num_decodes, max_len] and one masked SDPA, with the query heads grouped per KV head.
+- decode (query_len == 1): all decodes at once, K/V blocks gathered into one padded batch
+  [num_decodes, max_blocks * block_size] and one masked SDPA, with the query heads grouped
+  per KV head.
 
-The gather indices and masks are built once per step in `build_plan` (tensor ops on the
-metadata's device, no host syncs) and shared by every layer. Works on any device SDPA does.
+K/V are gathered whole blocks at a time (one contiguous block_size * kv_heads * head_dim
+row per index), never token by token. The gather indices and masks are built once per step
+in `build_plan` (tensor ops on the metadata's device, no host syncs) and shared by every
+layer. Works on any device SDPA does.
 """
 
 from __future__ import annotations
@@ -28,16 +31,17 @@ from prefixserve.layers.attention_metadata import AttentionMetadata
 class _Prefill:
     start: int  # first query row
     end: int
-    kv_slots: torch.Tensor | None  # [seq_len] flat slots; None for a fresh prefill
+    seq_len: int
+    blocks: torch.Tensor | None  # [num_blocks] block ids; None for a fresh prefill
     mask: torch.Tensor | None  # [query_len, seq_len] bool, True = attend
 
 
 @dataclass
 class _Decodes:
     rows: torch.Tensor | None  # [num_decodes] query rows; None when every row is a decode
-    kv_slots: torch.Tensor  # [num_decodes * max_len] flat slots, padding points at slot 0..
-    mask: torch.Tensor  # [num_decodes, 1, 1, max_len] bool
-    max_len: int
+    blocks: torch.Tensor  # [num_decodes * max_blocks] block ids (padding entries are masked)
+    mask: torch.Tensor  # [num_decodes, 1, 1, max_blocks * block_size] additive, 0 or -inf
+    max_blocks: int
 
 
 @dataclass
@@ -46,12 +50,11 @@ class SdpaPlan:
     decodes: _Decodes | None
 
 
-def _token_slots(
-    block_tables: torch.Tensor, positions: torch.Tensor, block_size: int
-) -> torch.Tensor:
-    """Flat slots of `positions` [n, L] (or [L]) through `block_tables` [n, width] (or [width])."""
-    blocks = block_tables.gather(-1, torch.div(positions, block_size, rounding_mode="floor"))
-    return blocks * block_size + positions % block_size
+def _gather_blocks(cache: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
+    """[len(blocks) * block_size, kv_heads, head_dim]: the blocks' tokens, in table order."""
+    num_blocks, block_size, kv_heads, head_dim = cache.shape
+    rows = cache.view(num_blocks, -1).index_select(0, blocks)
+    return rows.view(-1, kv_heads, head_dim)
 
 
 class SdpaBackend(AttentionBackend):
@@ -68,13 +71,13 @@ class SdpaBackend(AttentionBackend):
                 decode_seqs.append(i)
                 decode_rows.append(start)
             elif q_len == seq_len:
-                prefills.append(_Prefill(start, start + q_len, None, None))
+                prefills.append(_Prefill(start, start + q_len, seq_len, None, None))
             else:
+                blocks = md.block_tables[i, : -(-seq_len // md.block_size)]
                 pos = torch.arange(seq_len, device=device)
-                slots = _token_slots(md.block_tables[i], pos, md.block_size)
                 q_pos = torch.arange(seq_len - q_len, seq_len, device=device)
                 mask = pos[None, :] <= q_pos[:, None]
-                prefills.append(_Prefill(start, start + q_len, slots, mask))
+                prefills.append(_Prefill(start, start + q_len, seq_len, blocks, mask))
             start += q_len
         decodes = None
         if decode_seqs:
@@ -86,7 +89,7 @@ class SdpaBackend(AttentionBackend):
         md: AttentionMetadata, seqs: list[int], rows: list[int], num_tokens: int
     ) -> _Decodes:
         device = md.block_tables.device
-        max_len = max(md.seq_lens_list[i] for i in seqs)
+        max_blocks = -(-max(md.seq_lens_list[i] for i in seqs) // md.block_size)
         everything = len(seqs) == num_tokens
         if everything:
             tables, seq_lens, row_index = md.block_tables, md.seq_lens, None
@@ -94,10 +97,11 @@ class SdpaBackend(AttentionBackend):
             index = torch.tensor(seqs, dtype=torch.int64, device=device)
             tables, seq_lens = md.block_tables[index], md.seq_lens[index]
             row_index = torch.tensor(rows, dtype=torch.int64, device=device)
-        pos = torch.arange(max_len, device=device).expand(len(seqs), max_len)
-        slots = _token_slots(tables, pos.contiguous(), md.block_size)
-        mask = (pos < seq_lens[:, None])[:, None, None, :]
-        return _Decodes(row_index, slots.reshape(-1), mask, max_len)
+        blocks = tables[:, :max_blocks].reshape(-1)
+        pos = torch.arange(max_blocks * md.block_size, device=device)
+        mask = torch.zeros(len(seqs), 1, 1, len(pos), device=device)
+        mask.masked_fill_((pos >= seq_lens[:, None])[:, None, None, :], float("-inf"))
+        return _Decodes(row_index, blocks, mask, max_blocks)
 
     def forward(
         self,
@@ -110,24 +114,21 @@ class SdpaBackend(AttentionBackend):
         scale: float,
     ) -> torch.Tensor:
         plan: SdpaPlan = self.plan(md)
-        num_kv_heads, head_dim = key_cache.shape[-2:]
-        flat_k = key_cache.view(-1, num_kv_heads, head_dim)
-        flat_v = value_cache.view(-1, num_kv_heads, head_dim)
-        if len(plan.prefills) == 1 and plan.decodes is None and plan.prefills[0].kv_slots is None:
+        if len(plan.prefills) == 1 and plan.decodes is None and plan.prefills[0].blocks is None:
             return self._fresh_prefill(q, k, v, scale)  # the common long-prompt case, no copy
         out = torch.empty_like(q)
         for p in plan.prefills:
-            if p.kv_slots is None:
+            if p.blocks is None:
                 out[p.start : p.end] = self._fresh_prefill(
                     q[p.start : p.end], k[p.start : p.end], v[p.start : p.end], scale)
             else:
-                keys = flat_k.index_select(0, p.kv_slots)
-                values = flat_v.index_select(0, p.kv_slots)
+                keys = _gather_blocks(key_cache, p.blocks)[: p.seq_len]
+                values = _gather_blocks(value_cache, p.blocks)[: p.seq_len]
                 out[p.start : p.end] = _sdpa(q[p.start : p.end], keys, values, p.mask, False, scale)
         if plan.decodes is not None:
             d = plan.decodes
             rows = q if d.rows is None else q.index_select(0, d.rows)
-            result = self._decode(rows, flat_k, flat_v, d, scale)
+            result = self._decode(rows, key_cache, value_cache, d, scale)
             if d.rows is None:
                 return result
             out.index_copy_(0, d.rows, result)
@@ -141,15 +142,21 @@ class SdpaBackend(AttentionBackend):
 
     @staticmethod
     def _decode(
-        q: torch.Tensor, flat_k: torch.Tensor, flat_v: torch.Tensor, d: _Decodes, scale: float
+        q: torch.Tensor,
+        key_cache: torch.Tensor,
+        value_cache: torch.Tensor,
+        d: _Decodes,
+        scale: float,
     ) -> torch.Tensor:
         n, num_heads, head_dim = q.shape
-        num_kv_heads = flat_k.shape[1]
-        # [n, max_len, kv_heads, head_dim] -> [n, kv_heads, max_len, head_dim]
-        keys = flat_k.index_select(0, d.kv_slots).view(n, d.max_len, num_kv_heads, head_dim)
-        values = flat_v.index_select(0, d.kv_slots).view(n, d.max_len, num_kv_heads, head_dim)
+        num_kv_heads = key_cache.shape[2]
+        # [n, max_blocks * block_size, kv_heads, head_dim], viewed as [n, kv_heads, len, head_dim]
+        keys = _gather_blocks(key_cache, d.blocks).view(n, -1, num_kv_heads, head_dim)
+        values = _gather_blocks(value_cache, d.blocks).view(n, -1, num_kv_heads, head_dim)
         # Query heads h*G .. h*G+G-1 share KV head h: attend them as G "query positions".
-        grouped = q.view(n, num_kv_heads, num_heads // num_kv_heads, head_dim)
+        grouped = q.reshape(n, num_kv_heads, num_heads // num_kv_heads, head_dim)
+        if d.mask.dtype != q.dtype:
+            d.mask = d.mask.to(q.dtype)  # once per step, then shared by the remaining layers
         out = F.scaled_dot_product_attention(
             grouped, keys.transpose(1, 2), values.transpose(1, 2), attn_mask=d.mask, scale=scale)
         return out.reshape(n, num_heads, head_dim)
