@@ -60,17 +60,38 @@ def free_port(host: str = WORKER_HOST) -> int:
 class WorkerProcess:
     """One `prefixserve serve` subprocess, leader of its own process group."""
 
-    def __init__(self, index: int, port: int, worker_args: list[str], env: dict[str, str],
-                 log_file: Path | None = None) -> None:
+    def __init__(
+        self,
+        index: int,
+        port: int,
+        worker_args: list[str],
+        env: dict[str, str],
+        log_file: Path | None = None,
+    ) -> None:
         self.index, self.port = index, port
         self.url = f"http://{WORKER_HOST}:{port}"
         self.log_file = log_file
-        cmd = [sys.executable, "-m", "prefixserve", "serve", *worker_args,
-               "--host", WORKER_HOST, "--port", str(port)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "prefixserve",
+            "serve",
+            *worker_args,
+            "--host",
+            WORKER_HOST,
+            "--port",
+            str(port),
+        ]
         self._log: IO[bytes] | None = open(log_file, "wb") if log_file else None  # noqa: SIM115
-        self.proc = subprocess.Popen(cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT
-                                     if self._log else None, stdin=subprocess.DEVNULL,
-                                     start_new_session=True, preexec_fn=_die_with_parent)
+        self.proc = subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT if self._log else None,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
 
     @property
     def pid(self) -> int:
@@ -96,7 +117,9 @@ class WorkerProcess:
             try:
                 self.proc.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
-                logger.warning("worker %d (pid %d) ignored SIGTERM; killing it", self.index, self.pid)
+                logger.warning(
+                    "worker %d (pid %d) ignored SIGTERM; killing it", self.index, self.pid
+                )
         self.signal_group(signal.SIGKILL)  # also reaps any grandchild left in the group
         self.proc.wait()
         if self._log is not None:
@@ -143,10 +166,18 @@ class DataParallelCluster:
     `worker-i.log` (default: the launcher's own stdout/stderr).
     """
 
-    def __init__(self, dp_size: int, worker_args: list[str] | None = None,
-                 router_policy: str = "cache_aware", host: str = "127.0.0.1", port: int = 0,
-                 router_options: dict[str, Any] | None = None, log_dir: str | Path | None = None,
-                 startup_timeout_s: float = 600.0, start_router: bool = True) -> None:
+    def __init__(
+        self,
+        dp_size: int,
+        worker_args: list[str] | None = None,
+        router_policy: str = "cache_aware",
+        host: str = "127.0.0.1",
+        port: int = 0,
+        router_options: dict[str, Any] | None = None,
+        log_dir: str | Path | None = None,
+        startup_timeout_s: float = 600.0,
+        start_router: bool = True,
+    ) -> None:
         if dp_size < 1:
             raise ValueError(f"--dp-size must be >= 1, got {dp_size}")
         self.dp_size = dp_size
@@ -197,14 +228,17 @@ class DataParallelCluster:
                     code = w.exit_code()
                     if code is not None:
                         tail = w.log_tail()
-                        raise WorkerStartError(f"worker {w.index} ({w.url}) exited with status "
-                                               f"{code} during start" + (f":\n{tail}" if tail else ""))
+                        raise WorkerStartError(
+                            f"worker {w.index} ({w.url}) exited with status "
+                            f"{code} during start" + (f":\n{tail}" if tail else "")
+                        )
                     if w.healthy(client):
                         pending.remove(w)
                 if pending and time.monotonic() > deadline:
                     urls = ", ".join(w.url for w in pending)
-                    raise WorkerStartError(f"workers not healthy after {self.startup_timeout_s:.0f}"
-                                           f" s: {urls}")
+                    raise WorkerStartError(
+                        f"workers not healthy after {self.startup_timeout_s:.0f} s: {urls}"
+                    )
                 if pending:
                     time.sleep(0.2)
 
@@ -212,8 +246,9 @@ class DataParallelCluster:
         options = dict(self.router_options)
         if self.router_policy == "kv_events" and not options.get("tokenizer"):
             options["tokenizer"] = model_tokenizer_path(self.worker_args)
-        return run_router_in_process(self.worker_urls, policy=self.router_policy, host=self.host,
-                                     port=self.port, **options)
+        return run_router_in_process(
+            self.worker_urls, policy=self.router_policy, host=self.host, port=self.port, **options
+        )
 
     def stop(self) -> None:
         """Stop the router, then every worker (SIGTERM to all at once, then wait)."""
@@ -261,8 +296,14 @@ def _raise_shutdown(signum: int, frame: Any) -> None:
     raise _Shutdown(signal.Signals(signum).name)
 
 
-def launch_data_parallel(dp_size: int, router_policy: str, host: str, port: int,
-                         worker_args: list[str], router_options: dict[str, Any]) -> int:
+def launch_data_parallel(
+    dp_size: int,
+    router_policy: str,
+    host: str,
+    port: int,
+    worker_args: list[str],
+    router_options: dict[str, Any],
+) -> int:
     """Run N workers on ports `port+1 .. port+N` (127.0.0.1) and the router on `host:port`
     until Ctrl-C or SIGTERM; the exit status: 0 after a requested stop, 1 if a worker failed
     to start or every worker died."""
@@ -274,8 +315,12 @@ def launch_data_parallel(dp_size: int, router_policy: str, host: str, port: int,
     cluster = DataParallelCluster(dp_size, worker_args, router_policy, host, port, router_options)
     try:
         cluster.start()
-        print(f"prefixserve: router ({router_policy}) on http://{host}:{port} over "
-              f"{dp_size} workers: {' '.join(cluster.worker_urls)}", file=sys.stderr, flush=True)
+        print(
+            f"prefixserve: router ({router_policy}) on http://{host}:{port} over "
+            f"{dp_size} workers: {' '.join(cluster.worker_urls)}",
+            file=sys.stderr,
+            flush=True,
+        )
         return _watch(cluster)
     except WorkerStartError as e:
         print(f"prefixserve serve: error: {e}", file=sys.stderr, flush=True)
@@ -300,9 +345,12 @@ def _watch(cluster: DataParallelCluster) -> int:
         for w in cluster.dead_workers():
             if w.index not in reported:
                 reported.add(w.index)
-                print(f"prefixserve: worker {w.index} ({w.url}) exited with status "
-                      f"{w.exit_code()}; the router sends its requests elsewhere",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"prefixserve: worker {w.index} ({w.url}) exited with status "
+                    f"{w.exit_code()}; the router sends its requests elsewhere",
+                    file=sys.stderr,
+                    flush=True,
+                )
         if len(reported) == len(cluster.workers):
             print("prefixserve serve: error: every worker exited", file=sys.stderr, flush=True)
             return 1
