@@ -43,7 +43,8 @@ def compute_inv_freq(
     if rope_type == "llama3":
         return _llama3_inv_freq(inv_freq, scaling)
     raise ValueError(
-        f"unsupported rope_scaling type {rope_type!r}; supported: default, linear, llama3")
+        f"unsupported rope_scaling type {rope_type!r}; supported: default, linear, llama3"
+    )
 
 
 class RotaryEmbedding(nn.Module):
@@ -52,7 +53,9 @@ class RotaryEmbedding(nn.Module):
     ) -> None:
         super().__init__()
         self.head_dim = head_dim
-        self.register_buffer("inv_freq", compute_inv_freq(head_dim, theta, scaling), persistent=False)
+        self.register_buffer(
+            "inv_freq", compute_inv_freq(head_dim, theta, scaling), persistent=False
+        )
 
     def cos_sin(
         self, positions: torch.Tensor, dtype: torch.dtype

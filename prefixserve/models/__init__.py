@@ -41,10 +41,11 @@ def build_model(
     device: torch.device | str = "cpu",
     attention_backend: str | None = None,
 ) -> nn.Module:
-    """An uninitialised model for `config` on `device`; call `load_weights` next."""
+    """A randomly initialised model for `config` on `device`; call `load_weights` next."""
     if config.architecture not in MODEL_REGISTRY:
         raise ValueError(
-            f"no model code for {config.architecture!r}; supported: {', '.join(MODEL_REGISTRY)}")
+            f"no model code for {config.architecture!r}; supported: {', '.join(MODEL_REGISTRY)}"
+        )
     device = torch.device(device)
     backend = get_attention_backend(attention_backend, device)
     with torch.device(device), _default_dtype(dtype):

@@ -38,7 +38,8 @@ class LlamaAttention(nn.Module):
         self.kv_size = self.num_kv_heads * self.head_dim
         family = SUPPORTED_ARCHITECTURES[config.architecture][0]
         self.qkv_proj = nn.Linear(
-            config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.attention_bias)
+            config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.attention_bias
+        )
         # Qwen2 biases q/k/v only; Llama/Qwen3 with attention_bias also bias o_proj.
         o_bias = config.attention_bias and family != "qwen2"
         self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=o_bias)
@@ -62,7 +63,9 @@ class LlamaAttention(nn.Module):
             q, k = apply_rotary(qk, cos, sin).split([heads, kv_heads], dim=1)
         else:
             q = self.q_norm(qkv[:, : self.q_size].view(n, heads, head_dim))
-            k = self.k_norm(qkv[:, self.q_size : self.q_size + self.kv_size].view(n, kv_heads, head_dim))
+            k = self.k_norm(
+                qkv[:, self.q_size : self.q_size + self.kv_size].view(n, kv_heads, head_dim)
+            )
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         return self.o_proj(self.attn(q, k, v, kv_cache, md))
 
@@ -109,7 +112,8 @@ class LlamaModel(nn.Module):
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(
-            LlamaDecoderLayer(config, backend) for _ in range(config.num_hidden_layers))
+            LlamaDecoderLayer(config, backend) for _ in range(config.num_hidden_layers)
+        )
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.rotary_emb = RotaryEmbedding(config.head_dim, config.rope_theta, config.rope_scaling)
 

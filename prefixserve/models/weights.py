@@ -69,13 +69,18 @@ def load_stacked_weights(
             if tuple(target.shape) != tuple(tensor.shape):
                 raise ValueError(
                     f"{hf_name}: checkpoint shape {tuple(tensor.shape)} != "
-                    f"model shape {tuple(target.shape)}")
+                    f"model shape {tuple(target.shape)}"
+                )
             target.copy_(tensor)
             written.add((name, shard))
     expected = {
         (name, shard)
         for name in params
-        for shard in (range(_num_shards(name)) if name.split(".")[-2] in ("qkv_proj", "gate_up_proj") else [None])
+        for shard in (
+            range(_num_shards(name))
+            if name.split(".")[-2] in ("qkv_proj", "gate_up_proj")
+            else [None]
+        )
     }
     missing = sorted(f"{n}" + ("" if s is None else f"[shard {s}]") for n, s in expected - written)
     if missing:

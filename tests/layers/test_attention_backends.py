@@ -77,8 +77,11 @@ def test_reference_matches_dense_causal_attention() -> None:
     got = TorchRefBackend().forward(q, k, v, key_cache, value_cache, md, HEAD_DIM**-0.5)
     group = NUM_HEADS // NUM_KV_HEADS
     dense = F.scaled_dot_product_attention(
-        q.transpose(0, 1), k.repeat_interleave(group, 1).transpose(0, 1),
-        v.repeat_interleave(group, 1).transpose(0, 1), is_causal=True)
+        q.transpose(0, 1),
+        k.repeat_interleave(group, 1).transpose(0, 1),
+        v.repeat_interleave(group, 1).transpose(0, 1),
+        is_causal=True,
+    )
     torch.testing.assert_close(got, dense.transpose(0, 1), atol=1e-5, rtol=1e-5)
 
 

@@ -19,8 +19,12 @@ ROPES = {
     "default": {"rope_type": "default", "rope_theta": 10000.0},
     "linear": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0},
     "llama3": {
-        "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+        "rope_theta": 500000.0,
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
     },
 }
 
@@ -29,8 +33,12 @@ ROPES = {
 def test_rotary_matches_transformers(kind: str) -> None:
     params = ROPES[kind]
     hf_config = LlamaConfig(
-        hidden_size=HEAD_DIM * 4, num_attention_heads=4, head_dim=HEAD_DIM,
-        rope_parameters=dict(params), max_position_embeddings=131072)
+        hidden_size=HEAD_DIM * 4,
+        num_attention_heads=4,
+        head_dim=HEAD_DIM,
+        rope_parameters=dict(params),
+        max_position_embeddings=131072,
+    )
     hf_rope = LlamaRotaryEmbedding(hf_config)
     scaling = None if kind == "default" else params
     ours = RotaryEmbedding(HEAD_DIM, params["rope_theta"], scaling)
@@ -42,10 +50,15 @@ def test_rotary_matches_transformers(kind: str) -> None:
     hf_cos, hf_sin = hf_rope(q, positions[None])
     # transformers works on [batch, heads, seq, dim]
     hf_q, hf_k = apply_rotary_pos_emb(
-        q.transpose(0, 1)[None], k.transpose(0, 1)[None], hf_cos, hf_sin)
+        q.transpose(0, 1)[None], k.transpose(0, 1)[None], hf_cos, hf_sin
+    )
     cos, sin = ours.cos_sin(positions, q.dtype)
-    torch.testing.assert_close(apply_rotary(q, cos, sin), hf_q[0].transpose(0, 1), atol=1e-5, rtol=0)
-    torch.testing.assert_close(apply_rotary(k, cos, sin), hf_k[0].transpose(0, 1), atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        apply_rotary(q, cos, sin), hf_q[0].transpose(0, 1), atol=1e-5, rtol=0
+    )
+    torch.testing.assert_close(
+        apply_rotary(k, cos, sin), hf_k[0].transpose(0, 1), atol=1e-5, rtol=0
+    )
 
 
 def test_unknown_rope_scaling_is_rejected() -> None:

@@ -20,19 +20,31 @@ from prefixserve.models import build_model
 TOL = 1e-4
 BLOCK_SIZE = 4
 SMALL = dict(
-    vocab_size=96, hidden_size=64, intermediate_size=112, num_hidden_layers=2,
-    num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+    vocab_size=96,
+    hidden_size=64,
+    intermediate_size=112,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=256,
 )
 LLAMA3_ROPE = {
-    "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
-    "high_freq_factor": 4.0, "original_max_position_embeddings": 16,
+    "rope_type": "llama3",
+    "rope_theta": 500000.0,
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 16,
 }
 VARIANTS = {
     "llama": (transformers.LlamaConfig, "LlamaForCausalLM", dict(tie_word_embeddings=False)),
     "llama_tied": (transformers.LlamaConfig, "LlamaForCausalLM", dict(tie_word_embeddings=True)),
     "llama3_rope": (
-        transformers.LlamaConfig, "LlamaForCausalLM",
-        dict(tie_word_embeddings=False, rope_parameters=LLAMA3_ROPE)),
+        transformers.LlamaConfig,
+        "LlamaForCausalLM",
+        dict(tie_word_embeddings=False, rope_parameters=LLAMA3_ROPE),
+    ),
     "mistral": (transformers.MistralConfig, "MistralForCausalLM", dict(tie_word_embeddings=False)),
     "qwen2": (transformers.Qwen2Config, "Qwen2ForCausalLM", dict(tie_word_embeddings=True)),
     "qwen3": (transformers.Qwen3Config, "Qwen3ForCausalLM", dict(tie_word_embeddings=False)),
@@ -67,7 +79,9 @@ class PagedRunner:
         cfg = model.config
         shape = (num_blocks, BLOCK_SIZE, cfg.num_key_value_heads, cfg.head_dim)
         self.model = model
-        self.kv_caches = [(torch.zeros(shape), torch.zeros(shape)) for _ in range(cfg.num_hidden_layers)]
+        self.kv_caches = [
+            (torch.zeros(shape), torch.zeros(shape)) for _ in range(cfg.num_hidden_layers)
+        ]
         self.free = list(range(num_blocks))
         random.Random(seed).shuffle(self.free)
         self.tables: dict[str, list[int]] = {}
@@ -135,8 +149,12 @@ def test_prefill_after_cached_tokens_matches_transformers(pair, cached: int) -> 
 
 def test_mixed_batch_matches_transformers(pair) -> None:
     hf, ours = pair
-    seqs = {name: random_tokens(n, seed=10 + i) for i, (name, n) in enumerate(
-        [("fresh", 23), ("prefix", 34), ("decode1", 19), ("decode2", 9), ("fresh1", 1)])}
+    seqs = {
+        name: random_tokens(n, seed=10 + i)
+        for i, (name, n) in enumerate(
+            [("fresh", 23), ("prefix", 34), ("decode1", 19), ("decode2", 9), ("fresh1", 1)]
+        )
+    }
     runner = PagedRunner(ours, seed=7)
     runner.step([("prefix", seqs["prefix"][:16]), ("decode1", seqs["decode1"][:-1])])
     runner.step([("decode2", seqs["decode2"][:-1])])
@@ -148,8 +166,8 @@ def test_mixed_batch_matches_transformers(pair) -> None:
         ("fresh1", seqs["fresh1"]),
     ]
     results = runner.step(batch)
-    for (name, _), logits in zip(batch, results):
-        want = hf_logits(hf, seqs[name])[-logits.shape[0]:]
+    for (name, _), logits in zip(batch, results, strict=True):
+        want = hf_logits(hf, seqs[name])[-logits.shape[0] :]
         torch.testing.assert_close(logits, want, atol=TOL, rtol=0, msg=name)
 
 

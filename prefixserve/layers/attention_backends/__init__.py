@@ -29,7 +29,8 @@ def get_attention_backend(
     name = name or default_backend_name(device)
     if name not in ATTENTION_BACKENDS:
         raise ValueError(
-            f"unknown attention backend {name!r}; choose one of {', '.join(ATTENTION_BACKENDS)}")
+            f"unknown attention backend {name!r}; choose one of {', '.join(ATTENTION_BACKENDS)}"
+        )
     return ATTENTION_BACKENDS[name]()
 
 

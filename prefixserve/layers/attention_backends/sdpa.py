@@ -66,7 +66,9 @@ class SdpaBackend(AttentionBackend):
         decode_seqs: list[int] = []
         decode_rows: list[int] = []
         start = 0
-        for i, (q_len, seq_len) in enumerate(zip(md.query_lens_list, md.seq_lens_list)):
+        for i, (q_len, seq_len) in enumerate(
+            zip(md.query_lens_list, md.seq_lens_list, strict=True)
+        ):
             if q_len == 1:
                 decode_seqs.append(i)
                 decode_rows.append(start)
@@ -120,7 +122,8 @@ class SdpaBackend(AttentionBackend):
         for p in plan.prefills:
             if p.blocks is None:
                 out[p.start : p.end] = self._fresh_prefill(
-                    q[p.start : p.end], k[p.start : p.end], v[p.start : p.end], scale)
+                    q[p.start : p.end], k[p.start : p.end], v[p.start : p.end], scale
+                )
             else:
                 keys = _gather_blocks(key_cache, p.blocks)[: p.seq_len]
                 values = _gather_blocks(value_cache, p.blocks)[: p.seq_len]
@@ -158,7 +161,8 @@ class SdpaBackend(AttentionBackend):
         if d.mask.dtype != q.dtype:
             d.mask = d.mask.to(q.dtype)  # once per step, then shared by the remaining layers
         out = F.scaled_dot_product_attention(
-            grouped, keys.transpose(1, 2), values.transpose(1, 2), attn_mask=d.mask, scale=scale)
+            grouped, keys.transpose(1, 2), values.transpose(1, 2), attn_mask=d.mask, scale=scale
+        )
         return out.reshape(n, num_heads, head_dim)
 
 

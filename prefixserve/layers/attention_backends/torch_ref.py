@@ -31,7 +31,9 @@ class TorchRefBackend(AttentionBackend):
         num_heads, num_kv_heads = q.shape[1], key_cache.shape[2]
         block_size = md.block_size
         start = 0
-        for i, (q_len, seq_len) in enumerate(zip(md.query_lens_list, md.seq_lens_list)):
+        for i, (q_len, seq_len) in enumerate(
+            zip(md.query_lens_list, md.seq_lens_list, strict=True)
+        ):
             table = md.block_tables[i]
             pos = torch.arange(seq_len, device=q.device)
             blocks, offsets = table[pos // block_size], pos % block_size
