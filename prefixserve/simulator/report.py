@@ -23,7 +23,7 @@ def format_table(results: list[dict[str, Any]]) -> str:
     def row(cells: list[str]) -> str:
         first, *rest = cells
         return f"{first:<{_COLUMNS[0][1]}}" + "".join(
-            f" {c:>{w}}" for c, (_, w, _) in zip(rest, _COLUMNS[1:]))
+            f" {c:>{w}}" for c, (_, w, _) in zip(rest, _COLUMNS[1:], strict=True))
 
     lines = [row([h for h, _, _ in _COLUMNS])]
     lines += [row([fmt(r) for _, _, fmt in _COLUMNS]) for r in results]
