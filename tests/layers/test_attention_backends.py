@@ -64,6 +64,22 @@ def test_sdpa_matches_reference_on_mixed_batches(seed: int, block_size: int) -> 
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
+def test_sdpa_ignores_garbage_in_unwritten_slots() -> None:
+    """Caches come from torch.empty: slots past seq_len may hold NaN or inf."""
+    q, k, v, key_cache, value_cache, md = random_batch(5, 8)
+    written = torch.zeros(key_cache.shape[:2], dtype=torch.bool).view(-1)
+    for i, seq_len in enumerate(md.seq_lens_list):
+        for pos in range(seq_len):
+            written[int(md.block_tables[i, pos // 8]) * 8 + pos % 8] = True
+    unwritten = ~written.view(key_cache.shape[:2])
+    key_cache[unwritten] = float("nan")
+    value_cache[unwritten] = float("inf")
+    want = TorchRefBackend().forward(q, k, v, key_cache, value_cache, md, 0.25)
+    got = SdpaBackend().forward(q, k, v, key_cache, value_cache, md, 0.25)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
 def test_reference_matches_dense_causal_attention() -> None:
     seq_len, block_size = 29, 4
     table = [9, 2, 30, 17, 5, 11, 0, 23]

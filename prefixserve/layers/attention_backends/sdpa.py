@@ -41,6 +41,7 @@ class _Decodes:
     rows: torch.Tensor | None  # [num_decodes] query rows; None when every row is a decode
     blocks: torch.Tensor  # [num_decodes * max_blocks] block ids (padding entries are masked)
     mask: torch.Tensor  # [num_decodes, 1, 1, max_blocks * block_size] additive, 0 or -inf
+    pad_rows: torch.Tensor  # gathered token rows past their seq_len (unwritten memory)
     max_blocks: int
 
 
@@ -103,7 +104,10 @@ class SdpaBackend(AttentionBackend):
         pos = torch.arange(max_blocks * md.block_size, device=device)
         mask = torch.zeros(len(seqs), 1, 1, len(pos), device=device)
         mask.masked_fill_((pos >= seq_lens[:, None])[:, None, None, :], float("-inf"))
-        return _Decodes(row_index, blocks, mask, max_blocks)
+        width = len(pos)
+        pad = [j * width + p for j, i in enumerate(seqs) for p in range(md.seq_lens_list[i], width)]
+        pad_rows = torch.tensor(pad, dtype=torch.int64, device=device)
+        return _Decodes(row_index, blocks, mask, pad_rows, max_blocks)
 
     def forward(
         self,
@@ -154,8 +158,14 @@ class SdpaBackend(AttentionBackend):
         n, num_heads, head_dim = q.shape
         num_kv_heads = key_cache.shape[2]
         # [n, max_blocks * block_size, kv_heads, head_dim], viewed as [n, kv_heads, len, head_dim]
-        keys = _gather_blocks(key_cache, d.blocks).view(n, -1, num_kv_heads, head_dim)
-        values = _gather_blocks(value_cache, d.blocks).view(n, -1, num_kv_heads, head_dim)
+        keys = _gather_blocks(key_cache, d.blocks)
+        values = _gather_blocks(value_cache, d.blocks)
+        # Slots past seq_len were never written (the cache may come from torch.empty, NaN and
+        # all); zero them so that masked scores are exactly -inf and 0 * value stays 0.
+        keys.index_fill_(0, d.pad_rows, 0.0)
+        values.index_fill_(0, d.pad_rows, 0.0)
+        keys = keys.view(n, -1, num_kv_heads, head_dim)
+        values = values.view(n, -1, num_kv_heads, head_dim)
         # Query heads h*G .. h*G+G-1 share KV head h: attend them as G "query positions".
         grouped = q.reshape(n, num_kv_heads, num_heads // num_kv_heads, head_dim)
         if d.mask.dtype != q.dtype:
