@@ -198,9 +198,9 @@ class AsyncLLM:
                 for op in ops:
                     op.run()
                 outputs = self.engine.step() if self.engine.has_unfinished_requests() else []
+                self._refresh_stats()  # ~50 us; first, so a client never sees stats older than its output
                 if outputs:
                     self._dispatch(outputs)
-                self._refresh_stats()
         except BaseException as e:  # noqa: BLE001 - the server must learn the engine is gone
             logger.exception("engine thread crashed")
             self.dead = e
