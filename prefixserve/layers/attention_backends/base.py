@@ -3,7 +3,8 @@
 A backend attends a packed batch of queries over paged K/V that the caller has already
 written into the cache (see AttentionMetadata for the layout). Index tensors a backend
 derives from the metadata are built once per step by `plan()` and cached on the metadata
-object, so the 30-odd layers of a forward share them and never sync with the host.
+object, so the 30-odd layers of a forward share them and never sync with the host (a
+metadata object therefore describes one step and must not be mutated after its first use).
 Backends know nothing about models, weights or the KV cache manager.
 """
 
