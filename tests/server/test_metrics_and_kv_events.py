@@ -109,3 +109,19 @@ def test_reset_prefix_cache_clears_blocks_and_emits_a_clear_event(server) -> Non
     assert stats["blocks_cached"] == 0
     assert [e["type"] for e in events] == ["AllBlocksCleared"]
     assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+
+
+def test_radix_cache_server_reports_the_same_feed(make_server) -> None:
+    radix = make_server(prefix_cache="radix")
+    with radix.client() as http:
+        _complete(http, PREFIX + "Q: what is a comet?")
+        hit = _complete(http, PREFIX + "Q: what is a meteor?")
+        feed = http.get("/kv_events", params={"since": 0}).json()
+        stats = http.get("/cache/stats").json()
+        assert http.post("/reset_prefix_cache").json() == {"success": True}
+        cleared = http.get("/cache/stats").json()
+    assert feed["prefix_cache"] == "radix" and hit["usage"]["prompt_tokens_details"]["cached_tokens"] >= 32
+    index = KVEventIndex()
+    index.apply_all(feed["events"])
+    assert len(index) == stats["blocks_cached"] >= 3
+    assert cleared["blocks_cached"] == 0
