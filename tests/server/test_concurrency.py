@@ -48,13 +48,13 @@ def test_32_concurrent_streams_match_sequential_and_leak_nothing(server) -> None
     with server.client() as http:
         sequential = []
         for p in prompts:
-            body = {"model": MODEL, "prompt": p, "max_tokens": 8, "temperature": 0}
+            body = {"model": MODEL, "prompt": p, "max_tokens": 6, "temperature": 0}
             sequential.append(http.post("/v1/completions", json=body).json()["choices"][0]["text"])
 
         async def run_all() -> list[str]:
             limits = httpx.Limits(max_connections=64)
             async with httpx.AsyncClient(base_url=server.url, timeout=300, limits=limits) as client:
-                return await asyncio.gather(*(_stream_text(client, p, 8) for p in prompts))
+                return await asyncio.gather(*(_stream_text(client, p, 6) for p in prompts))
 
         concurrent = asyncio.run(run_all())
         assert concurrent == sequential
