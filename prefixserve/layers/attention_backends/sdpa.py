@@ -43,6 +43,7 @@ class _Decodes:
     mask: torch.Tensor  # [num_decodes, 1, 1, max_blocks * block_size] additive, 0 or -inf
     pad_rows: torch.Tensor  # gathered token rows past their seq_len (unwritten memory)
     max_blocks: int
+    buffers: tuple[torch.Tensor, torch.Tensor] | None = None  # gather targets, reused by layers
 
 
 @dataclass
@@ -51,10 +52,12 @@ class SdpaPlan:
     decodes: _Decodes | None
 
 
-def _gather_blocks(cache: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
+def _gather_blocks(
+    cache: torch.Tensor, blocks: torch.Tensor, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """[len(blocks) * block_size, kv_heads, head_dim]: the blocks' tokens, in table order."""
     num_blocks, block_size, kv_heads, head_dim = cache.shape
-    rows = cache.view(num_blocks, -1).index_select(0, blocks)
+    rows = torch.index_select(cache.view(num_blocks, -1), 0, blocks, out=out)
     return rows.view(-1, kv_heads, head_dim)
 
 
@@ -158,8 +161,11 @@ class SdpaBackend(AttentionBackend):
         n, num_heads, head_dim = q.shape
         num_kv_heads = key_cache.shape[2]
         # [n, max_blocks * block_size, kv_heads, head_dim], viewed as [n, kv_heads, len, head_dim]
-        keys = _gather_blocks(key_cache, d.blocks)
-        values = _gather_blocks(value_cache, d.blocks)
+        if d.buffers is None or d.buffers[0].dtype != key_cache.dtype:
+            shape = (len(d.blocks), key_cache[0].numel())
+            d.buffers = (key_cache.new_empty(shape), key_cache.new_empty(shape))
+        keys = _gather_blocks(key_cache, d.blocks, d.buffers[0])
+        values = _gather_blocks(value_cache, d.blocks, d.buffers[1])
         # Slots past seq_len were never written (the cache may come from torch.empty, NaN and
         # all); zero them so that masked scores are exactly -inf and 0 * value stays 0.
         keys.index_fill_(0, d.pad_rows, 0.0)
