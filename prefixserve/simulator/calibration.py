@@ -32,8 +32,8 @@ def _timed(llm: Any, prompts: list[list[int]], max_tokens: int) -> float:
     return (time.perf_counter() - start) * 1000.0
 
 
-def calibrate(model: str | None = None, short_len: int = 32, long_len: int = 512,
-              batch: int = 8, decode_tokens: int = 32, repeats: int = 3,
+def calibrate(model: str | None = None, short_len: int = 32, long_len: int = 256,
+              batch: int = 8, decode_tokens: int = 16, repeats: int = 3,
               seed: int = 0) -> dict[str, Any]:
     """Measure the constants; returns the CostModel fields plus the raw timings."""
     from prefixserve.entrypoints.llm import LLM

@@ -10,20 +10,34 @@ simulated seconds. It knows nothing of clocks or workers' batching.
 
 from __future__ import annotations
 
-import random
 from typing import Any
+
+import xxhash
 
 from prefixserve.bench.text import WORDS
 from prefixserve.bench.workloads import RequestSpec
 from prefixserve.request import Request
 from prefixserve.router.request_info import RequestInfo
+from prefixserve.sampling_params import SamplingParams
 from prefixserve.simulator.word_tokenizer import WordTokenizer
+
+_MASK64 = (1 << 64) - 1
+_SAMPLING = SamplingParams(temperature=0.0)  # shared: the KV cache never reads it
+
+
+def answer_words(spec: RequestSpec) -> list[str]:
+    """The simulated model's answer: exactly as many tokens as `max_tokens` asks for (a chat
+    answer ends with an end-of-turn token)."""
+    n = max(1, spec.max_tokens) - (1 if spec.is_chat else 0)
+    state, words = xxhash.xxh64_intdigest(spec.request_id.encode()), []
+    for _ in range(n):  # a 64-bit LCG seeded by the id: cheap and the same on every machine
+        state = (state * 6364136223846793005 + 1442695040888963407) & _MASK64
+        words.append(WORDS[(state >> 33) % len(WORDS)])
+    return words
 
 
 def synthesize_answer(spec: RequestSpec) -> str:
-    """The simulated model's answer: exactly as many tokens as `max_tokens` asks for."""
-    words = spec.max_tokens - 1 if spec.is_chat else spec.max_tokens
-    return " ".join(random.Random(spec.request_id).choices(WORDS, k=max(0, words)))
+    return " ".join(answer_words(spec))
 
 
 def request_info(spec: RequestSpec, with_token_ids: list[int] | None = None) -> RequestInfo:
@@ -64,12 +78,12 @@ class SimRequest:
         self.info.token_ids = None  # the policy has routed it; drop the second copy
         if not ids:
             ids = [tokenizer.generation_prompt_id]  # an empty prompt still has one token
-        self.kv_request = Request(spec.request_id, ids, arrival_time=self.arrival)
+        self.kv_request = Request(spec.request_id, ids, _SAMPLING, arrival_time=self.arrival)
         self.prompt_len = len(ids)
         return self.kv_request
 
     def answer_token_ids(self, tokenizer: WordTokenizer) -> list[int]:
-        return tokenizer.encode_answer(synthesize_answer(self.spec), self.spec.is_chat)
+        return tokenizer.encode_answer(answer_words(self.spec), self.spec.is_chat)
 
 
 def prompt_token_ids(spec: RequestSpec, tokenizer: WordTokenizer) -> list[int]:

@@ -34,11 +34,18 @@ class WordTokenizer:
         if vocab_size < 8:
             raise ValueError(f"vocab_size must be >= 8, got {vocab_size}")
         self._vocab = _Vocab(vocab_size)
+        self._known_get = self._vocab.get
         self.end_id = self._vocab["<|end|>"]
         self.generation_prompt_id = self._vocab["<|assistant|>"]
 
     def encode(self, text: str) -> list[int]:
-        return list(map(self._vocab.__getitem__, text.split()))
+        return self.encode_words(text.split())
+
+    def encode_words(self, words: list[str]) -> list[int]:
+        ids = list(map(self._known_get, words))  # C-speed lookups; new words take the slow path
+        if None in ids:
+            ids = [self._vocab[w] for w in words]
+        return ids
 
     def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
         ids: list[int] = []
@@ -50,8 +57,8 @@ class WordTokenizer:
         ids.append(self.generation_prompt_id)
         return ids
 
-    def encode_answer(self, answer: str, chat: bool) -> list[int]:
-        ids = self.encode(answer)
+    def encode_answer(self, answer_words: list[str], chat: bool) -> list[int]:
+        ids = self.encode_words(answer_words)
         if chat:
             ids.append(self.end_id)
         return ids

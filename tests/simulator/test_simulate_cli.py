@@ -64,7 +64,7 @@ def test_chat_turn_tokens_extend_the_previous_prompt_and_answer():
     turn0 = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi there"}]
     answer = "hello friend"
     turn1 = turn0 + [{"role": "assistant", "content": answer}, {"role": "user", "content": "more"}]
-    prefix = tok.encode_chat(turn0) + tok.encode_answer(answer, chat=True)
+    prefix = tok.encode_chat(turn0) + tok.encode_answer(answer.split(), chat=True)
     assert tok.encode_chat(turn1)[:len(prefix)] == prefix
     assert tok.encode("one two one") == [tok.encode("one")[0], tok.encode("two")[0],
                                          tok.encode("one")[0]]
