@@ -7,8 +7,10 @@
 (b) `--num-streams` concurrent streaming clients, greedy, EOS ignored, `--max-tokens` each:
     output tok/s, p50/p99 TTFT and errors; the same batch offline for comparison.
 
-The server is the real app (AsyncLLM + FastAPI + uvicorn) in a thread of this process, on
-a second engine with the same settings; offline and HTTP requests alternate, so load from
+The server is the real app (AsyncLLM + FastAPI + uvicorn) in a thread of this process,
+wrapping the very engine of the `LLM`. The offline calls run `LLM.generate` on the engine
+thread itself (as one AsyncLLM.call, timed inside it), so both paths share the engine, its
+cache and its torch thread pool; offline and HTTP requests alternate, so load from
 elsewhere on the machine hits both alike. Seeded; prints one JSON line per result.
 
     python benchmarks/bench_server.py [--num-streams 64] [--max-tokens 32] [--reps 10]
@@ -77,8 +79,8 @@ def offline_batch(llm: LLM, prompts: list[str], max_tokens: int) -> dict:
 
 
 # -------------------------------------------------------------------------------- http
-def start_server(engine_kwargs: dict) -> tuple[str, uvicorn.Server, AsyncLLM]:
-    engine = AsyncLLM.from_kwargs(**engine_kwargs)
+def start_server(llm: LLM) -> tuple[str, uvicorn.Server, AsyncLLM]:
+    engine = AsyncLLM(llm.engine)
     app = build_app(engine, ServerOptions(model_names=[MODEL], log_interval=0))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
     threading.Thread(target=server.run, daemon=True).start()
@@ -109,14 +111,14 @@ async def stream_one(client: httpx.AsyncClient, prompt: str, max_tokens: int) ->
     return ttft, tokens
 
 
-async def ttft_pairs(url: str, llm: LLM, prefix: str, reps: int) -> tuple[list[float], list[float]]:
+async def ttft_pairs(url: str, llm: LLM, engine: AsyncLLM, prefix: str,
+                     reps: int) -> tuple[list[float], list[float]]:
     """Alternating offline / HTTP cached-prefix requests (each with its own question)."""
     offline, http = [], []
     async with httpx.AsyncClient(base_url=url, timeout=600) as client:
-        llm.generate(prefix + "warm-up", SamplingParams(temperature=0.0, max_tokens=1), use_tqdm=False)
         await stream_one(client, prefix + "warm-up", 1)
         for i in range(reps):
-            offline.append(offline_ttft(llm, prefix + question(2 * i)))
+            offline.append(await engine.call(lambda i=i: offline_ttft(llm, prefix + question(2 * i))))
             http.append((await stream_one(client, prefix + question(2 * i + 1), 1))[0])
     return offline, http
 
@@ -138,6 +140,10 @@ async def http_batch(url: str, prompts: list[str], max_tokens: int) -> dict:
             "ttft_p99_ms": ms(percentile(ttfts, 99)) if ttfts else None}
 
 
+async def _on_engine(engine: AsyncLLM, fn):  # noqa: ANN001, ANN202
+    return await engine.call(fn)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prefix-tokens", type=int, default=512)
@@ -147,20 +153,20 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    engine_kwargs = {"seed": args.seed, "max_num_seqs": max(64, args.num_streams)}
-    llm = LLM(**engine_kwargs)
+    llm = LLM(seed=args.seed, max_num_seqs=max(64, args.num_streams))
     prefix = make_prefix(args.prefix_tokens, llm, args.seed)
     prompts = [f"Story {i}: once upon a time, a {WORDS[i % len(WORDS)]} " for i in range(args.num_streams)]
 
-    url, server, engine = start_server(engine_kwargs)
+    url, server, engine = start_server(llm)
     try:
-        off, via_http = asyncio.run(ttft_pairs(url, llm, prefix, args.reps))
+        off, via_http = asyncio.run(ttft_pairs(url, llm, engine, prefix, args.reps))
         diffs = [h - o for o, h in zip(off, via_http, strict=True)]
         overhead = statistics.median(diffs)
         print(json.dumps({"bench": "cached_prefix_ttft", "prefix_tokens": args.prefix_tokens, "reps": args.reps,
                           "offline_p50_ms": ms(statistics.median(off)), "http_p50_ms": ms(statistics.median(via_http)),
                           "http_overhead_p50_ms": ms(overhead), "within_10ms": overhead <= 0.010}), flush=True)
-        print(json.dumps(offline_batch(llm, prompts, args.max_tokens)), flush=True)
+        batch = asyncio.run(_on_engine(engine, lambda: offline_batch(llm, prompts, args.max_tokens)))
+        print(json.dumps(batch), flush=True)
         print(json.dumps(asyncio.run(http_batch(url, prompts, args.max_tokens))), flush=True)
     finally:
         server.should_exit = True
