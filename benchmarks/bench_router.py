@@ -9,6 +9,11 @@ the `prefixserve.bench` runner. Prints one JSON line per policy (hit rate = sum
 cached_tokens / sum prompt_tokens, requests/s, output tok/s, latencies, requests per
 worker), then one line comparing every policy with round robin.
 
+The hit rate has a ceiling: a perfect router misses only each group's first request (7/8 of
+prompt tokens hit), while round robin puts each group's 8 prompts on all 4 workers and still
+hits about half of them even with no eviction, so no policy can beat it by more than ~1.8x
+here; throughput is where the missed prefills show.
+
     python benchmarks/bench_router.py                     # round_robin cache_aware kv_events
     python benchmarks/bench_router.py --policies round_robin prefix_hash --workers 2
 """
