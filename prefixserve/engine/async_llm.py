@@ -154,8 +154,8 @@ class AsyncLLM:
         return await self.call(self.engine.reset_prefix_cache)
 
     async def kv_events(self, since: int | None) -> dict[str, Any]:
-        """KV events after `since` as dicts, or a snapshot when `since` is None or the ring
-        no longer reaches back to it. Carries the hash config a router needs."""
+        """KV events after `since` as dicts, or a snapshot when `since` is None, negative,
+        ahead of the log, or older than the ring reaches. Carries the hash config a router needs."""
         return await self.call(lambda: self._kv_events_now(since))
 
     def hash_config(self) -> dict[str, Any]:
@@ -238,7 +238,8 @@ class AsyncLLM:
         body: dict[str, Any] = {**self.hash_config(), "kv_cache_usage": self.engine.kv_cache.usage()}
         if log is None:
             return {**body, "events": [], "seq": 0, "enabled": False}
-        events = log.events_since(since) if since is not None and since >= 0 else None
+        # since > seq: the subscriber saw another life of this log (a restart); resync it
+        events = log.events_since(since) if since is not None and 0 <= since <= log.seq else None
         if events is None:
             snap = log.snapshot()
             return {**body, "snapshot": snap.to_dict(), "seq": snap.seq}
@@ -275,8 +276,8 @@ class _Op:
 
 
 def _enable_kv_events(engine: LLMEngine) -> None:
-    """Give the KV cache an event log if the engine built it without one. Done before any
-    request runs, so the log sees every block the cache will ever store."""
+    """Give the KV cache an event log if the engine built it without one (older engines
+    did). Done before any request runs, so the log sees every block the cache stores."""
     kv = engine.kv_cache
     if kv.events is None and kv.enable_caching:
         kv.events = KVEventLog()

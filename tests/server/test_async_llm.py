@@ -82,3 +82,33 @@ def test_idle_engine_thread_sleeps_instead_of_spinning(engine: AsyncLLM) -> None
     before = _cpu_ticks(tid)
     time.sleep(1.0)
     assert _cpu_ticks(tid) - before <= 2  # clock ticks (1/100 s): a spinning thread burns ~100
+
+
+def test_kv_events_fall_back_to_a_snapshot_when_the_subscriber_cannot_catch_up(engine: AsyncLLM) -> None:
+    from prefixserve.kv_cache.kv_events import KVEventIndex, KVEventLog
+
+    def small_ring() -> None:  # an empty cache and a 4-event ring, so a few requests overflow it
+        kv = engine.engine.kv_cache
+        assert kv.reset_prefix_cache()
+        kv.events = kv.pool.events = KVEventLog(ring_size=4)
+
+    asyncio.run(engine.call(small_ring))
+
+    async def run() -> tuple[dict, dict, dict, dict]:
+        for i in range(6):
+            prompt = f"Subscriber test {i}: " + "many words to fill several blocks " * 6
+            async for _ in engine.generate(f"ev{i}", prompt, SamplingParams(max_tokens=1)):
+                pass
+        latest = await engine.kv_events(None)
+        seq = latest["seq"]
+        return (await engine.kv_events(0), await engine.kv_events(seq - 1), await engine.kv_events(seq + 100),
+                latest)
+
+    behind, recent, ahead, latest = asyncio.run(run())
+    assert latest["seq"] > 4  # more events than the ring holds
+    assert "snapshot" in behind and "events" not in behind
+    assert [e["seq"] for e in recent["events"]] == [latest["seq"]]
+    assert "snapshot" in ahead  # a subscriber from another life of this worker resyncs
+    index = KVEventIndex()
+    index.load_snapshot(behind["snapshot"])
+    assert len(index) == asyncio.run(engine.cache_stats())["blocks_cached"]
