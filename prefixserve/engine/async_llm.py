@@ -249,13 +249,12 @@ class AsyncLLM:
         self.stats = self._snapshot_stats()
 
     def _snapshot_stats(self) -> dict[str, Any]:
-        """Counters (monotonic, in tokens) and gauges, as plain JSON-able values."""
+        """The engine's cache stats (counters in tokens, block gauges, load) plus token
+        totals and the KV event sequence number, as plain JSON-able values."""
         engine, kv = self.engine, self.engine.kv_cache
-        stats: dict[str, Any] = dict(kv.stats.to_dict())
+        stats = engine.cache_stats()
         stats.update(
-            num_running=engine.scheduler.num_running, num_waiting=engine.scheduler.num_waiting,
-            num_preemptions=getattr(engine.scheduler, "num_preemptions", 0),
-            kv_cache_usage=kv.usage(), prefix_cache=kv.prefix_cache_name,
+            prefix_cache=kv.prefix_cache_name,
             prompt_tokens=engine.stats.get("prompt_tokens", 0),
             generation_tokens=engine.stats.get("generation_tokens", 0),
             steps=engine.stats.get("steps", 0),
