@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-# Measured by `prefixserve simulate --calibrate` (see calibration.py).
-DEFAULT_PREFILL_MS_PER_TOKEN = 0.5
-DEFAULT_DECODE_MS_PER_TOKEN = 1.0
-DEFAULT_STEP_OVERHEAD_MS = 20.0
+# Measured by `prefixserve simulate --calibrate` (see calibration.py) on the development
+# machine: 2 shared CPU cores, SmolLM2-135M-Instruct in float32, prefix caching off.
+DEFAULT_PREFILL_MS_PER_TOKEN = 2.118
+DEFAULT_DECODE_MS_PER_TOKEN = 37.04
+DEFAULT_STEP_OVERHEAD_MS = 112.48
 
 
 @dataclass(frozen=True)
