@@ -9,8 +9,10 @@ endpoint picker and llm-d score it:
     kv     = 1 - kv_cache_usage                            (usage reported by the worker)
     score  = prefix_weight * prefix + queue_weight * queue + kv_weight * kv
 
-and the highest score wins (random among ties). Without usage reports only workers with a
-cached run and the least-loaded worker can win, so the scan covers just those. The chosen
+and the highest score wins (random among ties). The scan covers only the workers that can
+plausibly win: those with a cached run, the least-loaded one, and (with usage reports) the
+few with the lowest KV usage, recomputed at most every `usage_refresh_secs`; so a request
+costs O(cached runs), not O(workers), in a fleet of thousands. The chosen
 worker's prompt blocks are inserted speculatively for `speculative_ttl_secs`, covering the
 gap until its BlockStored events arrive. Prompts need token ids: the client's, or from the
 `tokenizer`; with neither the request is routed by load alone.
@@ -18,6 +20,7 @@ gap until its BlockStored events arrive. Prompts need token ids: the client's, o
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +49,10 @@ class KVEventsConfig(PolicyConfig):
         default=1024, metadata={"help": "at most this many leading blocks are matched"})
     kv_events_poll_interval_secs: float = field(
         default=0.2, metadata={"help": "seconds between GET /kv_events polls per worker"})
+    usage_candidates: int = field(
+        default=8, metadata={"help": "lowest-KV-usage workers scored besides those with a hit"})
+    usage_refresh_secs: float = field(
+        default=0.1, metadata={"help": "how often the lowest-usage candidates are recomputed"})
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -67,6 +74,8 @@ class KVEventsPolicy(RoutingPolicy):
         self.index = KVBlockIndex()
         self.tokenizer = tokenizer
         self.kv_usage: dict[str, float] = {}  # url -> fraction of KV blocks in use, if reported
+        self._low_usage: list[str] = []
+        self._low_usage_at = float("-inf")
 
     @property
     def block_size(self) -> int:
@@ -102,14 +111,21 @@ class KVEventsPolicy(RoutingPolicy):
             self.index.insert_speculative(url, keys, now + cfg.speculative_ttl_secs)
         return view.by_url[url]
 
+    def _lowest_usage(self) -> list[str]:
+        now = self.clock()
+        if now - self._low_usage_at >= self.config.usage_refresh_secs:
+            k = self.config.usage_candidates
+            self._low_usage = [u for u, _ in heapq.nsmallest(k, self.kv_usage.items(), key=lambda kv: kv[1])]
+            self._low_usage_at = now
+        return self._low_usage
+
     def _best(self, view: WorkerView, runs: dict[str, int], num_blocks: int) -> str:
         cfg = self.config
         lo, hi = self._load_bounds(view)
+        candidates = list(runs)
+        candidates.append(self._least_loaded(view).url)
         if self.kv_usage:
-            candidates: list[str] = list(view.by_url)
-        else:
-            candidates = list(runs)
-            candidates.append(self._least_loaded(view).url)
+            candidates += [u for u in self._lowest_usage() if u in view.by_url]
         best: list[str] = []
         best_score = float("-inf")
         for url in candidates:
