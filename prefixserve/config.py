@@ -40,9 +40,11 @@ class CacheConfig:
     eviction_policy: str = "lru"
     hash_algo: str = "sha256"
     hash_seed: int = 0
+    kv_events_ring_size: int = 10_000  # events kept for /kv_events subscribers that poll
 
     def __post_init__(self) -> None:
         _one_of(self.prefix_cache, PREFIX_CACHES, "prefix_cache")
+        _positive_int(self.kv_events_ring_size, "kv_events_ring_size")
         _one_of(self.eviction_policy, EVICTION_POLICIES, "eviction_policy")
         _one_of(self.hash_algo, HASH_ALGOS, "hash_algo")
         _positive_int(self.block_size, "block_size")

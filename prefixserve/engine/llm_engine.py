@@ -42,7 +42,8 @@ class LLMEngine:
         self.kv_cache = KVCacheManager(
             num_blocks=num_blocks, block_size=cache.block_size, enable_caching=cache.enable_prefix_caching,
             prefix_cache=cache.prefix_cache, hash_algo=cache.hash_algo, eviction_policy=cache.eviction_policy,
-            hash_seed=cache.hash_seed, enable_kv_events=True)
+            hash_seed=cache.hash_seed, enable_kv_events=True,
+            kv_events_ring_size=cache.kv_events_ring_size)
         self.scheduler = Scheduler(config.scheduler, self.kv_cache, self.max_model_len)
         self.outputs = OutputProcessor(self.tokenizer)
         self._ids = itertools.count()
