@@ -6,6 +6,7 @@ every worker with status 0; a launcher killed outright leaves no orphan worker b
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -23,15 +24,13 @@ WORKER_ARGS = ["--max-num-seqs", "8", "--num-kv-blocks", "64", "--max-model-len"
 
 
 def free_port_run(n: int) -> int:
-    """A port P with P .. P+n-1 all free on 127.0.0.1."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + n > 65535:
-            continue
+    """A port P with P .. P+n-1 all free on 127.0.0.1, below the kernel's ephemeral range
+    (32768+), so no outgoing connection can take one between this check and the bind."""
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(20000, 32000 - n)
+        socks = [socket.socket() for _ in range(n)]
         try:
-            socks = [socket.socket() for _ in range(n)]
             for i, sock in enumerate(socks):
                 sock.bind(("127.0.0.1", base + i))
             return base
@@ -103,6 +102,8 @@ def test_sigterm_stops_router_and_every_worker():
     url = f"http://127.0.0.1:{port}"
     try:
         assert wait_for(lambda: router_up(url) or proc.poll() is not None, 180), "no router"
+        if proc.poll() is not None:
+            pytest.fail(f"the launcher exited with {proc.returncode}: {proc.communicate()[1][-2000:]}")
         workers = httpx.get(url + "/workers", timeout=10).json()["workers"]
         assert [w["url"] for w in workers] == [f"http://127.0.0.1:{port + 1}",
                                                f"http://127.0.0.1:{port + 2}"]  # fmt: skip
