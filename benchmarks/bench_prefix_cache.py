@@ -168,12 +168,14 @@ def bench_workloads(names: list[str], caches: list[str]) -> None:
 
 
 # --------------------------------------------------------------------- lpm
-def bench_lpm(num_kv_blocks: int = 160) -> None:
+def bench_lpm(num_kv_blocks: int = 48, max_num_seqs: int = 2) -> None:
+    # 6 prefixes of ~16 blocks each, a pool that holds the running requests and about one more
+    # prefix: the order in which waiting requests run decides what is still cached.
     for policy in ("fcfs", "lpm"):
-        llm = make_llm(scheduling_policy=policy, num_kv_blocks=num_kv_blocks, max_num_seqs=8)
+        llm = make_llm(scheduling_policy=policy, num_kv_blocks=num_kv_blocks, max_num_seqs=max_num_seqs)
         wl = build_workload("shared-prefix", seed=0, num_groups=6, prompts_per_group=8, max_tokens=8)
         result = run_workload(llm, wl)
-        emit(bench="lpm_vs_fcfs", policy=policy, num_kv_blocks=num_kv_blocks,
+        emit(bench="lpm_vs_fcfs", policy=policy, num_kv_blocks=num_kv_blocks, max_num_seqs=max_num_seqs,
              preemptions=llm.cache_stats()["num_preemptions"], **result)
         del llm
 
