@@ -103,10 +103,14 @@ def _timed(fn) -> float:
 
 # -------------------------------------------------------------- workloads
 def run_workload(llm: LLM, workload: Workload) -> dict[str, Any]:
-    """Drive a workload through the engine: children are submitted as their parents finish."""
+    """Drive a workload through the engine: children are submitted as their parents finish.
+
+    Cached tokens come from the KV manager's counters (every engine request, the n samples of
+    one prompt included, counts its prompt once), so they hold with caching off too."""
     eng, tok = llm.engine, llm.get_tokenizer()
     specs: dict[str, RequestSpec] = {}
-    ttfts, prompt_tokens, cached, out_tokens = [], 0, 0, 0
+    ttfts, out_tokens = [], 0
+    before = llm.cache_stats()
 
     def submit(spec: RequestSpec) -> None:
         if spec.is_chat:
@@ -127,22 +131,16 @@ def run_workload(llm: LLM, workload: Workload) -> dict[str, Any]:
             if not out.finished:
                 continue
             ttfts.append(out.metrics["first_token_time"] - out.metrics["arrival_time"])
-            n = len(out.outputs)
-            prompt_tokens += len(out.prompt_token_ids) * n
-            cached += out.num_cached_tokens + (n - 1) * _shared_prompt_tokens(out, eng.kv_cache.block_size)
             out_tokens += sum(len(o.token_ids) for o in out.outputs)
             for child in workload.next(specs[out.request_id], out.outputs[0].text):
                 submit(child)
     wall = time.perf_counter() - start
+    after = llm.cache_stats()
+    prompt_tokens, cached = after["queries"] - before["queries"], after["hits"] - before["hits"]
     return {"requests": len(specs), "prompt_tokens": prompt_tokens, "cached_tokens": cached,
             "hit_rate": round(cached / prompt_tokens, 4), "ttft_mean_s": round(statistics.mean(ttfts), 4),
             "ttft_p50_s": round(statistics.median(ttfts), 4), "wall_s": round(wall, 2),
             "output_tok_s": round(out_tokens / wall, 1)}
-
-
-def _shared_prompt_tokens(out, block_size: int) -> int:
-    # n > 1: the other samples hit the prompt blocks the first one computed (whole blocks only).
-    return (len(out.prompt_token_ids) - 1) // block_size * block_size
 
 
 WORKLOADS = {
