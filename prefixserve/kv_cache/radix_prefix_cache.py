@@ -176,6 +176,37 @@ class RadixPrefixCache(PrefixCache):
     def num_evictions(self) -> int:
         return self._num_evictions
 
+    def free_block_ids(self) -> list[int]:
+        """What allocations take next, in order: the pool's free queue, then the evictable
+        tree blocks in the order `evict` would free them (whole leaves in policy order, a
+        parent once its last child is gone). Read-only: nothing is evicted."""
+        order = self.pool.free_block_ids()
+        heap = [(self.policy.sort_key(n), n.id, n) for n in self._nodes() if self._evictable_leaf(n)]
+        heapq.heapify(heap)
+        children_left: dict[int, int] = {}
+        while heap:
+            node = heapq.heappop(heap)[2]
+            order.extend(reversed(node.block_ids))
+            parent = node.parent
+            if parent is self.root or parent.lock_ref:
+                continue
+            left = children_left.get(parent.id, len(parent.children)) - 1
+            children_left[parent.id] = left
+            if left == 0:
+                heapq.heappush(heap, (self.policy.sort_key(parent), parent.id, parent))
+        return order
+
+    def _nodes(self):
+        stack = list(self.root.children.values())
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children.values())
+            yield node
+
+    @staticmethod
+    def _evictable_leaf(node: RadixNode) -> bool:
+        return node.lock_ref == 0 and not node.children and node.parent is not None
+
     # ---- tree operations -------------------------------------------------------------------
 
     def evict(self, num_blocks: int) -> int:

@@ -61,8 +61,11 @@ def test_first_request_caches_its_full_blocks_as_one_edge():
     mgr = make()
     assert run(mgr, [1, 2, 3, 4, 5, 6, 7]) == 0
     assert tree(mgr) == [(0, [1, 2, 3, 4, 5, 6], [0, 1, 2], 0)]
-    # the partial tail block 3 went back to the free queue; tree blocks are not "free"
-    assert mgr.free_block_ids()[-1] == 3 and 0 not in mgr.free_block_ids()
+    # the partial tail block 3 went back to the free queue's tail; the tree's blocks come
+    # after the whole queue, in the order eviction would free them (the leaf's tail first)
+    ids = mgr.free_block_ids()
+    assert ids[-4:] == [3, 2, 1, 0]
+    assert mgr.cache.pool.free_block_ids()[-1] == 3 and 0 not in mgr.cache.pool.free_block_ids()
     assert mgr.stats.blocks_cached == 3
 
 
@@ -112,12 +115,12 @@ def test_recomputed_last_block_is_a_duplicate_the_tree_already_holds():
     run(mgr, list(range(8)))
     r = req(list(range(8)))
     hit = mgr.get_computed_blocks(r)
-    free_before = mgr.free_block_ids()
+    free_before = mgr.cache.pool.free_block_ids()  # the queue, without evictable tree blocks
     mgr.allocate_slots(r, 4, hit)
     mgr.check_invariants()
     # the fresh block (head of the queue) was a duplicate of tree block 1: freed again
     assert mgr.block_ids(r) == [0, 1]
-    assert sorted(mgr.free_block_ids()) == sorted(free_before)
+    assert sorted(mgr.cache.pool.free_block_ids()) == sorted(free_before)
     assert mgr.free_block_ids()[-1] == free_before[0]
 
 
@@ -277,3 +280,26 @@ def test_stats_count_queries_and_hits_in_tokens():
     run(mgr, [1, 2, 3, 4, 6])
     s = mgr.stats
     assert (s.queries, s.hits, s.blocks_cached, s.evictions) == (10, 4, 2, 0)
+
+
+def test_free_block_ids_lists_the_free_queue_then_evictable_leaves_in_eviction_order():
+    from prefixserve.kv_cache import KVCacheManager
+    from prefixserve.request import Request
+
+    mgr = KVCacheManager(num_blocks=8, block_size=2, prefix_cache="radix", eviction_policy="lru")
+    a = Request("a", [1, 2, 3, 4, 5])       # blocks [1,2] [3,4] + partial
+    b = Request("b", [1, 2, 7, 8, 9])       # shares [1,2], then [7,8] + partial
+    for req in (a, b):
+        hit = mgr.get_computed_blocks(req)
+        assert mgr.allocate_slots(req, req.num_tokens - hit.num_tokens, hit) is not None
+        req.num_computed_tokens = req.num_tokens
+    table_a, table_b = mgr.block_ids(a), mgr.block_ids(b)
+    mgr.free(a)
+    mgr.free(b)
+    mgr.check_invariants()
+    order = mgr.free_block_ids()
+    assert sorted(order) == list(range(8))  # every block is reusable once no request runs
+    # the tree's blocks come last: a's leaf [3,4] (older access) before b's [7,8], then [1,2]
+    assert order[-3:] == [table_a[1], table_b[1], table_a[0]]
+    before = list(order)
+    assert mgr.free_block_ids() == before  # read-only
