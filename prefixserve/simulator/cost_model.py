@@ -17,10 +17,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 # Measured by `prefixserve simulate --calibrate` (see calibration.py) on the development
-# machine: 2 shared CPU cores, SmolLM2-135M-Instruct in float32, prefix caching off.
-DEFAULT_PREFILL_MS_PER_TOKEN = 2.118
-DEFAULT_DECODE_MS_PER_TOKEN = 37.04
-DEFAULT_STEP_OVERHEAD_MS = 112.48
+# machine (2 CPU cores, otherwise idle), SmolLM2-135M-Instruct in float32, prefix caching off.
+DEFAULT_PREFILL_MS_PER_TOKEN = 1.415
+DEFAULT_DECODE_MS_PER_TOKEN = 8.173
+DEFAULT_STEP_OVERHEAD_MS = 45.03
 
 
 @dataclass(frozen=True)
