@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from prefixserve.layers.attention_metadata import AttentionMetadata
-from prefixserve.layers.sampler import SampleResult, Sampler
+from prefixserve.layers.sampler import Sampler, SampleResult
 from prefixserve.model_config import ModelConfig
 from prefixserve.models import build_model
 from prefixserve.scheduler.scheduler_output import SchedulerOutput

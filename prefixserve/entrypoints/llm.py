@@ -43,7 +43,7 @@ class LLM:
         prios = _broadcast(list(priority) if priority is not None else 0, len(batch), "priority")
         ids = []
         try:
-            for prompt, p, salt, prio in zip(batch, params, salts, prios):
+            for prompt, p, salt, prio in zip(batch, params, salts, prios, strict=True):
                 rid = self.engine.next_request_id()
                 self.engine.add_request(rid, prompt, p, cache_salt=salt, priority=prio)
                 ids.append(rid)

@@ -61,7 +61,7 @@ class AttentionMetadata:
     ) -> AttentionMetadata:
         """Build metadata from host lists (one entry per sequence)."""
         slots: list[int] = []
-        for q, s, table in zip(query_lens, seq_lens, block_tables):
+        for q, s, table in zip(query_lens, seq_lens, block_tables, strict=True):
             for pos in range(s - q, s):
                 slots.append(table[pos // block_size] * block_size + pos % block_size)
         starts = [0]
@@ -82,6 +82,6 @@ class AttentionMetadata:
     def positions(self, device: torch.device | str = "cpu") -> torch.Tensor:
         """[num_tokens] int64 position of each query row."""
         pos: list[int] = []
-        for q, s in zip(self.query_lens_list, self.seq_lens_list):
+        for q, s in zip(self.query_lens_list, self.seq_lens_list, strict=True):
             pos.extend(range(s - q, s))
         return torch.tensor(pos, dtype=torch.int64, device=device)

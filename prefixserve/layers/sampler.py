@@ -105,6 +105,6 @@ def _logprobs(
     chosen = logp.gather(1, torch.tensor([[tokens[i]] for i in rows], device=logits.device))
     for j, i in enumerate(rows):
         n = params[i].logprobs or 0
-        pairs = list(zip(top_i[j, :n].tolist(), top_v[j, :n].tolist()))
+        pairs = list(zip(top_i[j, :n].tolist(), top_v[j, :n].tolist(), strict=True))
         out[i] = (chosen[j, 0].item(), pairs)
     return out

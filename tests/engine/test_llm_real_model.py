@@ -46,7 +46,7 @@ def test_greedy_tokens_equal_transformers_greedy(llm, hf_model):
     tok = llm.get_tokenizer()
     params = SamplingParams(temperature=0.0, max_tokens=24)  # both stop at EOS
     ours = _tokens(llm.generate(PROMPTS, params, use_tqdm=False))
-    for prompt, got in zip(PROMPTS, ours):
+    for prompt, got in zip(PROMPTS, ours, strict=True):
         ids = tok.encode(prompt)
         with torch.inference_mode():
             ref = hf_model.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False,
@@ -54,7 +54,7 @@ def test_greedy_tokens_equal_transformers_greedy(llm, hf_model):
         want = ref.sequences[0, len(ids):].tolist()
         assert len(got) == len(want) or got != want[: len(got)], (prompt, got, want)
         if got != want:  # allowed only where transformers' own top-2 logits nearly tie
-            i = next(k for k, (a, b) in enumerate(zip(got, want)) if a != b)
+            i = next(k for k, (a, b) in enumerate(zip(got, want, strict=False)) if a != b)
             top2 = ref.logits[i][0].float().topk(2).values
             assert (top2[0] - top2[1]).item() < 1e-3, f"{prompt!r}: diverged at token {i} without a near tie"
 

@@ -49,7 +49,7 @@ def tree_of_thought(llm: LLM, levels: int = 3, branches: int = 2) -> list[list[i
         prompts = [f"{p}Idea {i + 1}:" for p in frontier for i in range(branches)]
         outs = llm.generate(prompts, GREEDY, use_tqdm=False)
         answers += [o.outputs[0].token_ids for o in outs]
-        frontier = [p + o.outputs[0].text + "\n" for p, o in zip(prompts, outs)]
+        frontier = [p + o.outputs[0].text + "\n" for p, o in zip(prompts, outs, strict=True)]
     return answers
 
 
@@ -64,7 +64,7 @@ def test_each_chat_turn_hits_almost_all_of_the_previous_turn(engines, name):
     llm.reset_prefix_cache()
     turns = chat_session(llm, [q + " (again)" for q in QUESTIONS])
     block = CONFIGS[name]["block_size"]
-    for (prev_prompt, _, prev_answer), (_, cached, _) in zip(turns, turns[1:]):
+    for (prev_prompt, _, prev_answer), (_, cached, _) in zip(turns, turns[1:], strict=False):
         # the last sampled token never had its K/V computed; then round down to whole blocks
         assert cached >= len(prev_prompt) + len(prev_answer) - 1 - block - 1, (name, cached, len(prev_prompt))
 
