@@ -113,11 +113,7 @@ def run_workload(llm: LLM, workload: Workload) -> dict[str, Any]:
     before = llm.cache_stats()
 
     def submit(spec: RequestSpec) -> None:
-        if spec.is_chat:
-            text = tok.apply_chat_template(spec.messages)
-            prompt: Any = {"prompt": text, "prompt_token_ids": tok.encode(text, add_special_tokens=False)}
-        else:
-            prompt = spec.prompt
+        prompt: Any = tok.encode_chat(spec.messages) if spec.is_chat else spec.prompt
         seed = None if spec.temperature == 0 else 0
         eng.add_request(spec.request_id, prompt,
                         SamplingParams(temperature=spec.temperature, max_tokens=spec.max_tokens, n=spec.n, seed=seed))

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from prefixserve.kv_cache.prefix_cache import EVICTION_POLICIES, HASH_ALGOS
+
 PREFIX_CACHES = ("hash", "radix")
-EVICTION_POLICIES = ("lru", "lfu", "slru", "fifo", "mru", "filo", "priority")
-HASH_ALGOS = ("sha256", "xxhash")
 SCHEDULING_POLICIES = ("fcfs", "lpm")
 DTYPES = ("float32", "bfloat16", "float16")
 

@@ -63,21 +63,19 @@ class ModelRunner:
         """Run one step. Returns {request_id: (token, logprobs or None)} for the chunks that sample."""
         ids: list[int] = []
         query_lens, seq_lens, tables = [], [], []
+        rows, sampling = [], []  # the last query row of each chunk that samples
         for chunk in out.chunks:
             req = chunk.request
             ids.extend(req.all_token_ids[chunk.start:chunk.end])
             query_lens.append(chunk.num_tokens)
             seq_lens.append(chunk.end)
             tables.append(block_tables[req.request_id])
+            if chunk.samples:
+                rows.append(len(ids) - 1)
+                sampling.append(req)
         meta = AttentionMetadata.build(query_lens, seq_lens, tables, self.block_size, self.device)
         input_ids = torch.tensor(ids, dtype=torch.int64, device=self.device)
         hidden = self.model(input_ids, meta.positions(self.device), meta, self.kv_caches)
-        rows, sampling = [], []
-        ends = meta.query_start_loc.tolist()
-        for i, chunk in enumerate(out.chunks):
-            if chunk.samples:
-                rows.append(ends[i + 1] - 1)
-                sampling.append(chunk.request)
         if not rows:
             return {}
         logits = self.model.compute_logits(hidden[torch.tensor(rows, device=self.device)])

@@ -35,9 +35,7 @@ def _run_generate(args: argparse.Namespace) -> int:
     if args.chat:
         messages = ([{"role": "system", "content": args.system}] if args.system else [])
         messages.append({"role": "user", "content": args.prompt})
-        tok = llm.get_tokenizer()
-        text = tok.apply_chat_template(messages, add_generation_prompt=True)
-        prompt = {"prompt": text, "prompt_token_ids": tok.encode(text, add_special_tokens=False)}
+        prompt = llm.get_tokenizer().encode_chat(messages)
     engine = llm.engine
     rid = engine.next_request_id()
     engine.add_request(rid, prompt, params)

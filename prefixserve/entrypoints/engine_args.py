@@ -10,12 +10,20 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from prefixserve.config import (
+    DTYPES,
+    EVICTION_POLICIES,
+    HASH_ALGOS,
+    PREFIX_CACHES,
+    SCHEDULING_POLICIES,
+)
+
 _CHOICES = {
-    "prefix_cache": ("hash", "radix"),
-    "eviction_policy": ("lru", "lfu", "slru", "fifo", "mru", "filo", "priority"),
-    "hash_algo": ("sha256", "xxhash"),
-    "scheduling_policy": ("fcfs", "lpm"),
-    "dtype": ("float32", "bfloat16", "float16"),
+    "prefix_cache": PREFIX_CACHES,
+    "eviction_policy": EVICTION_POLICIES,
+    "hash_algo": HASH_ALGOS,
+    "scheduling_policy": SCHEDULING_POLICIES,
+    "dtype": DTYPES,
 }
 
 

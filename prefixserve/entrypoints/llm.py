@@ -63,10 +63,7 @@ class LLM:
     ) -> list[RequestOutput]:
         conversations = [messages] if messages and isinstance(messages[0], dict) else messages
         tok = self.engine.tokenizer
-        prompts = []
-        for conv in conversations:
-            text = tok.apply_chat_template(conv, add_generation_prompt=add_generation_prompt)
-            prompts.append({"prompt": text, "prompt_token_ids": tok.encode(text, add_special_tokens=False)})
+        prompts = [tok.encode_chat(conv, add_generation_prompt) for conv in conversations]
         return self.generate(prompts, sampling_params, use_tqdm=use_tqdm, cache_salt=cache_salt)
 
     def _run(self, ids: list[str], use_tqdm: bool) -> list[RequestOutput]:

@@ -148,3 +148,10 @@ class Tokenizer:
             raise ValueError("this tokenizer has no chat template (tokenizer_config.json "
                              "has no chat_template and there is no chat_template.jinja)")
         return self._chat_template.render(messages, add_generation_prompt, tools, **kwargs)
+
+    def encode_chat(self, messages: list[dict[str, Any]],
+                    add_generation_prompt: bool = True) -> dict[str, Any]:
+        """The engine prompt for a conversation: the rendered text and its token ids (the
+        template writes any BOS itself, so no special tokens are added)."""
+        text = self.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
+        return {"prompt": text, "prompt_token_ids": self.encode(text, add_special_tokens=False)}

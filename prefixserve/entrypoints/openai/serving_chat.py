@@ -59,10 +59,10 @@ class OpenAIServingChat(OpenAIServing):
             raise OpenAIError("messages must be a non-empty list", param="messages")
         messages = [self._message(i, m) for i, m in enumerate(req.messages)]
         try:
-            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=req.add_generation_prompt)
+            prompt = self.tokenizer.encode_chat(messages, req.add_generation_prompt)
         except Exception as e:  # a template's raise_exception or a jinja error: the input's fault
             raise OpenAIError(f"cannot apply the chat template to these messages: {e}", param="messages") from e
-        return EnginePrompt(text, self.tokenizer.encode(text, add_special_tokens=False))
+        return EnginePrompt(prompt["prompt"], prompt["prompt_token_ids"])
 
     @staticmethod
     def _message(i: int, m: ChatMessage) -> dict[str, str]:
